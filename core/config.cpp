@@ -1,0 +1,153 @@
+#include "core/config.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "core/event.hpp"
+#include "core/log.hpp"
+
+namespace memtrace {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+bool parse_int(const char* s, long long lo, long long hi, long long* out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s, &end, 10);
+  if (errno != 0 || end == s) return false;
+  while (*end && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (*end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+bool parse_bool(const char* s, bool* out) {
+  std::string_view v = trim(s ? s : "");
+  if (v == "1" || iequals(v, "true") || iequals(v, "yes") || iequals(v, "on")) {
+    *out = true;
+    return true;
+  }
+  if (v == "0" || iequals(v, "false") || iequals(v, "no") || iequals(v, "off")) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+bool parse_size_bytes(const char* s, uint64_t* out) {
+  if (!s) return false;
+  std::string_view v = trim(s);
+  if (v.empty()) return false;
+  std::string num(v);
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(num.c_str(), &end);
+  if (errno != 0 || end == num.c_str() || !(d >= 0) || std::isinf(d)) return false;
+  std::string_view suffix = trim(std::string_view(end));
+  double mult = 1;
+  if (!suffix.empty()) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])));
+    switch (c) {
+      case 'K': mult = 1024.0; break;
+      case 'M': mult = 1024.0 * 1024; break;
+      case 'G': mult = 1024.0 * 1024 * 1024; break;
+      case 'T': mult = 1024.0 * 1024 * 1024 * 1024; break;
+      case 'B': mult = 1; break;
+      default: return false;
+    }
+    std::string_view rest = suffix.substr(1);
+    if (!(rest.empty() || iequals(rest, "B") || iequals(rest, "iB"))) return false;
+  }
+  double bytes = d * mult;
+  if (bytes >= 18446744073709551615.0) return false;
+  *out = static_cast<uint64_t>(bytes);
+  return true;
+}
+
+Config parse_config(GetEnvFn getenv_fn) {
+  Config c;
+  if (const char* v = getenv_fn("MEMTRACE_DEBUG")) {
+    if (!parse_bool(v, &c.debug)) log::warn("MEMTRACE_DEBUG='{}' is not 0 or 1; using 0", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_OUTPUT")) {
+    if (*v == '\0')
+      log::warn("MEMTRACE_OUTPUT is empty; using {}", c.output);
+    else
+      c.output = v;
+  }
+  if (const char* v = getenv_fn("MEMTRACE_SUMMARY")) {
+    if (!parse_bool(v, &c.summary)) log::warn("MEMTRACE_SUMMARY='{}' is not 0 or 1; using 1", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_STACKS")) {
+    std::string_view s = trim(v);
+    if (iequals(s, "none"))
+      c.stacks = StackMode::None;
+    else if (iequals(s, "native"))
+      c.stacks = StackMode::Native;
+    else
+      log::warn("MEMTRACE_STACKS='{}' is not none or native; using native", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_STACK_DEPTH")) {
+    long long d;
+    if (parse_int(v, 1, 256, &d))
+      c.stack_depth = static_cast<int>(d);
+    else
+      log::warn("MEMTRACE_STACK_DEPTH='{}' is not a whole number from 1 to 256; using {}", v, c.stack_depth);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_MAX_ENTRIES")) {
+    long long n;
+    if (parse_int(v, 0, 100000000, &n))
+      c.max_entries = static_cast<size_t>(n);
+    else
+      log::warn("MEMTRACE_MAX_ENTRIES='{}' is not a whole number from 0 to 100000000; using {}", v,
+                c.max_entries);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) {
+    uint32_t mask = 0;
+    bool ok = true;
+    std::string_view rest = v;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string item(trim(rest.substr(0, comma)));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (item.empty()) continue;
+      Action a;
+      if (!parse_action(item.c_str(), &a)) {
+        ok = false;
+        break;
+      }
+      mask |= 1u << static_cast<int>(a);
+    }
+    if (ok)
+      c.skip_actions = mask;
+    else
+      log::warn("MEMTRACE_SKIP_ACTIONS='{}' names an unknown action (known: alloc, free_requested, "
+                "free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot); "
+                "skipping none",
+                v);
+  }
+  return c;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,31 @@
+#include "core/event.hpp"
+
+#include <cstring>
+
+namespace memtrace {
+
+namespace {
+constexpr const char* kActionNames[kActionCount] = {
+    "alloc",       "free_requested", "free_completed", "segment_alloc", "segment_free",
+    "segment_map", "segment_unmap",  "oom",            "snapshot",
+};
+constexpr const char* kKindNames[kMemKindCount] = {
+    "device", "managed", "async", "vmm", "host_pinned", "host_registered",
+};
+}  // namespace
+
+const char* action_name(Action a) { return kActionNames[static_cast<int>(a)]; }
+
+bool parse_action(const char* name, Action* out) {
+  for (int i = 0; i < kActionCount; ++i) {
+    if (std::strcmp(name, kActionNames[i]) == 0) {
+      *out = static_cast<Action>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* mem_kind_name(MemKind k) { return kKindNames[static_cast<int>(k)]; }
+
+}  // namespace memtrace

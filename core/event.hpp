@@ -1,0 +1,53 @@
+// The unit of memtrace's history: one allocator action, as PyTorch's trace entries name them.
+#pragma once
+#include <cstdint>
+
+namespace memtrace {
+
+enum class Action : uint8_t {
+  Alloc,
+  FreeRequested,
+  FreeCompleted,
+  SegmentAlloc,
+  SegmentFree,
+  SegmentMap,
+  SegmentUnmap,
+  Oom,
+  Snapshot,
+};
+constexpr int kActionCount = 9;
+
+// Spelled exactly as PyTorch's snapshot writes them (snapshot-format.md §1.5).
+const char* action_name(Action a);
+// Parses one name; returns false for an unknown one.
+bool parse_action(const char* name, Action* out);
+
+// Which allocation family produced a record: decides device vs host accounting
+// and lets the summary break totals down.
+enum class MemKind : uint8_t {
+  Device,          // cuMemAlloc_v2 / cuMemAllocPitch_v2
+  Managed,         // cuMemAllocManaged
+  Async,           // cuMemAllocAsync / FromPool (stream-ordered)
+  VmmMapping,      // a cuMemMap'ed range (its physical handle is accounted separately)
+  HostPinned,      // cuMemAllocHost_v2 / cuMemHostAlloc
+  HostRegistered,  // cuMemHostRegister_v2 (existing memory, pinned)
+};
+constexpr int kMemKindCount = 6;
+const char* mem_kind_name(MemKind k);
+inline bool is_host(MemKind k) { return k == MemKind::HostPinned || k == MemKind::HostRegistered; }
+
+// One trace entry. Fixed size, no pointers to heap memory: the ring is a flat array.
+struct TraceEntry {
+  uint64_t time_us = 0;      // Unix time in microseconds, as PyTorch writes it
+  uint64_t addr = 0;
+  uint64_t size = 0;         // requested bytes for alloc/free; segment bytes for segment_*; rounded for oom
+  uint64_t stream = 0;       // raw CUstream value
+  uint64_t device_free = 0;  // oom only
+  const char* note = nullptr;  // static string (user_metadata), e.g. the NCCL call in progress
+  uint32_t stack_id = 0;     // 0 = no stack
+  int16_t device = 0;        // -1 for host entries
+  Action action = Action::Alloc;
+  MemKind kind = MemKind::Device;
+};
+
+}  // namespace memtrace

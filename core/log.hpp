@@ -1,0 +1,45 @@
+// memtrace's voice on stderr. Formats into a stack buffer and writes with one write(2):
+// no allocation, no stdio locks, safe from any thread and after other libraries' teardown.
+#pragma once
+#include <fmt/format.h>
+
+#include <cstddef>
+
+namespace memtrace::log {
+
+void write_line(const char* data, size_t n);
+bool debug_enabled();
+void set_debug(bool on);
+
+template <typename... Args>
+void warn(fmt::format_string<Args...> f, Args&&... args) {
+  char buf[1024];
+  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "memtrace: warning: ");
+  r = fmt::format_to_n(r.out, sizeof(buf) - 1 - (r.out - buf), f, std::forward<Args>(args)...);
+  size_t n = static_cast<size_t>(r.out - buf);
+  buf[n++] = '\n';
+  write_line(buf, n);
+}
+
+template <typename... Args>
+void info(fmt::format_string<Args...> f, Args&&... args) {
+  char buf[1024];
+  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "memtrace: ");
+  r = fmt::format_to_n(r.out, sizeof(buf) - 1 - (r.out - buf), f, std::forward<Args>(args)...);
+  size_t n = static_cast<size_t>(r.out - buf);
+  buf[n++] = '\n';
+  write_line(buf, n);
+}
+
+template <typename... Args>
+void debug(fmt::format_string<Args...> f, Args&&... args) {
+  if (!debug_enabled()) return;
+  char buf[1024];
+  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "memtrace: debug: ");
+  r = fmt::format_to_n(r.out, sizeof(buf) - 1 - (r.out - buf), f, std::forward<Args>(args)...);
+  size_t n = static_cast<size_t>(r.out - buf);
+  buf[n++] = '\n';
+  write_line(buf, n);
+}
+
+}  // namespace memtrace::log

@@ -1,0 +1,279 @@
+#include "core/recorder.hpp"
+
+#include <algorithm>
+
+#include "core/clock.hpp"
+
+namespace memtrace {
+
+void Recorder::configure(size_t max_entries, uint32_t skip_actions_mask) {
+  SpinGuard g(ring_lock_);
+  ring_.reset(max_entries);
+  skip_mask_ = skip_actions_mask;
+}
+
+void Recorder::push(const TraceEntry& e) {
+  if (skip_mask_ & (1u << static_cast<int>(e.action))) return;
+  ring_.push(e);
+}
+
+void Recorder::account_bytes(bool host, int device, int64_t delta) {
+  SpinGuard g(stats_lock_);
+  UsageStats* u = &host_;
+  if (!host) {
+    if (device < 0 || device >= kMaxDevices) return;
+    u = &device_[device];
+    if (device + 1 > device_count_) device_count_ = device + 1;
+  }
+  if (delta >= 0) {
+    u->current += static_cast<uint64_t>(delta);
+    u->allocations += 1;
+    if (u->current > u->peak) u->peak = u->current;
+  } else {
+    uint64_t d = static_cast<uint64_t>(-delta);
+    u->current = u->current >= d ? u->current - d : 0;
+  }
+}
+
+void Recorder::account(const AllocRecord& r, int64_t sign) {
+  if (r.kind == MemKind::VmmMapping) {
+    // Mappings show where physical memory is visible; the bytes are counted on the handle.
+    if (r.device >= 0 && r.device < kMaxDevices) {
+      SpinGuard g(stats_lock_);
+      if (r.device + 1 > device_count_) device_count_ = r.device + 1;
+    }
+    return;
+  }
+  account_bytes(is_host(r.kind), r.device, sign * static_cast<int64_t>(r.size));
+}
+
+void Recorder::emit_alloc(const AllocRecord& r) {
+  TraceEntry e;
+  e.time_us = r.time_us;
+  e.addr = r.addr;
+  e.stream = r.stream;
+  e.note = r.note;
+  e.stack_id = r.stack_id;
+  e.device = r.device;
+  e.kind = r.kind;
+  e.action = Action::SegmentAlloc;
+  e.size = r.size;
+  push(e);
+  e.action = Action::Alloc;
+  e.size = r.requested;
+  push(e);
+}
+
+void Recorder::emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t) {
+  TraceEntry e;
+  e.time_us = t;
+  e.addr = r.addr;
+  e.stream = stream;
+  e.note = r.note;
+  e.stack_id = stack_id ? stack_id : r.stack_id;
+  e.device = r.device;
+  e.kind = r.kind;
+  e.size = r.requested;
+  e.action = Action::FreeRequested;
+  push(e);
+  e.action = Action::FreeCompleted;
+  push(e);
+  e.action = Action::SegmentFree;
+  e.size = r.size;
+  push(e);
+}
+
+void Recorder::record_alloc(const AllocRecord& in) {
+  AllocRecord r = in;
+  r.serial = serial_.fetch_add(1, std::memory_order_relaxed) + 1;
+  r.freeing = false;
+  Shard& s = shard_of(r.addr);
+  SpinGuard g(s.lock);
+  AllocRecord stale;
+  bool had_stale = s.live.take(r.addr, &stale);
+  s.live.put(r.addr, r);
+  {
+    SpinGuard rg(ring_lock_);
+    if (had_stale) {
+      // Either another thread's free of this address has not returned yet (the driver already
+      // reused it), or memtrace missed a free. Close the old record first so the viewer never
+      // sees two blocks at one address.
+      emit_free(stale, stale.stream, 0, r.time_us);
+      if (!stale.freeing) ++stale_replaced_;
+    }
+    emit_alloc(r);
+  }
+  if (had_stale) account(stale, -1);
+  account(r, +1);
+}
+
+bool Recorder::begin_free(uint64_t addr, AllocRecord* out) {
+  Shard& s = shard_of(addr);
+  SpinGuard g(s.lock);
+  AllocRecord* r = s.live.find(addr);
+  if (!r || r->freeing) return false;
+  r->freeing = true;
+  *out = *r;
+  return true;
+}
+
+bool Recorder::is_live(uint64_t addr) {
+  Shard& s = shard_of(addr);
+  SpinGuard g(s.lock);
+  return s.live.find(addr) != nullptr;
+}
+
+void Recorder::finish_free(const AllocRecord& r, bool ok, uint64_t stream, uint32_t free_stack_id) {
+  Shard& s = shard_of(r.addr);
+  SpinGuard g(s.lock);
+  AllocRecord* cur = s.live.find(r.addr);
+  if (!cur || cur->serial != r.serial) return;  // closed by a newer allocation at this address
+  if (!ok) {
+    cur->freeing = false;  // the real free failed: the memory is still the program's
+    return;
+  }
+  s.live.take(r.addr, nullptr);
+  {
+    SpinGuard rg(ring_lock_);
+    emit_free(r, stream, free_stack_id, now_us());
+  }
+  account(r, -1);
+}
+
+void Recorder::record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free,
+                          uint32_t stack_id, const char* note) {
+  TraceEntry e;
+  e.time_us = now_us();
+  e.action = Action::Oom;
+  e.size = size;
+  e.stream = stream;
+  e.device_free = device_free;
+  e.stack_id = stack_id;
+  e.device = static_cast<int16_t>(device);
+  e.note = note;
+  SpinGuard rg(ring_lock_);
+  push(e);
+}
+
+void Recorder::handle_created(const HandleRecord& h) {
+  {
+    SpinGuard g(handle_lock_);
+    handles_.put(h.handle, h);
+  }
+  account_bytes(h.host, h.device, static_cast<int64_t>(h.size));
+}
+
+void Recorder::handle_ref(uint64_t handle, int delta) {
+  HandleRecord gone;
+  {
+    SpinGuard g(handle_lock_);
+    HandleRecord* h = handles_.find(handle);
+    if (!h) return;
+    h->refs += delta;
+    if (h->refs > 0) return;
+    handles_.take(handle, &gone);
+  }
+  account_bytes(gone.host, gone.device, -static_cast<int64_t>(gone.size));
+}
+
+bool Recorder::handle_info(uint64_t handle, HandleRecord* out) {
+  SpinGuard g(handle_lock_);
+  HandleRecord* h = handles_.find(handle);
+  if (!h) return false;
+  *out = *h;
+  return true;
+}
+
+void Recorder::purge_context(uint64_t ctx) {
+  if (ctx == 0) return;
+  uint64_t t = now_us();
+  for (Shard& s : shards_) {
+    SpinGuard g(s.lock);
+    AllocRecord victims[64];
+    for (;;) {
+      // Collect in small batches: taking while iterating would reshuffle the table.
+      int n = 0;
+      s.live.for_each([&](uint64_t, const AllocRecord& r) {
+        if (r.ctx == ctx && n < 64) victims[n++] = r;
+      });
+      if (n == 0) break;
+      for (int i = 0; i < n; ++i) s.live.take(victims[i].addr, nullptr);
+      {
+        SpinGuard rg(ring_lock_);
+        for (int i = 0; i < n; ++i) emit_free(victims[i], victims[i].stream, 0, t);
+      }
+      for (int i = 0; i < n; ++i) account(victims[i], -1);
+    }
+  }
+  HandleRecord dead[64];
+  for (;;) {
+    int n = 0;
+    {
+      SpinGuard g(handle_lock_);
+      handles_.for_each([&](uint64_t, const HandleRecord& h) {
+        if (h.ctx == ctx && n < 64) dead[n++] = h;
+      });
+      for (int i = 0; i < n; ++i) handles_.take(dead[i].handle, nullptr);
+    }
+    if (n == 0) break;
+    for (int i = 0; i < n; ++i) account_bytes(dead[i].host, dead[i].device, -static_cast<int64_t>(dead[i].size));
+  }
+}
+
+StateCopy Recorder::copy_state() {
+  StateCopy c;
+  for (Shard& s : shards_) s.lock.lock();
+  handle_lock_.lock();
+  ring_lock_.lock();
+  stats_lock_.lock();
+  size_t n = 0;
+  for (Shard& s : shards_) n += s.live.size();
+  c.live.reserve(n);
+  for (Shard& s : shards_) s.live.for_each([&](uint64_t, const AllocRecord& r) { c.live.push_back(r); });
+  handles_.for_each([&](uint64_t, const HandleRecord& h) { c.handles.push_back(h); });
+  ring_.copy_to(&c.trace);
+  c.dropped_entries = ring_.dropped();
+  c.total_entries = ring_.total();
+  c.ring_capacity = ring_.capacity();
+  for (int i = 0; i < kMaxDevices; ++i) c.device[i] = device_[i];
+  c.device_count = device_count_;
+  c.host = host_;
+  c.stale_replaced = stale_replaced_;
+  c.time_us = now_us();
+  stats_lock_.unlock();
+  ring_lock_.unlock();
+  handle_lock_.unlock();
+  for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
+  c.unknown_frees = unknown_frees_.load(std::memory_order_relaxed);
+  // Sorting happens outside the locks: the program's threads are already running again.
+  std::sort(c.live.begin(), c.live.end(), [](const AllocRecord& a, const AllocRecord& b) {
+    bool ha = is_host(a.kind), hb = is_host(b.kind);
+    if (ha != hb) return hb;
+    if (a.device != b.device) return a.device < b.device;
+    return a.addr < b.addr;
+  });
+  for (const AllocRecord& r : c.live)
+    if (!is_host(r.kind) && r.device + 1 > c.device_count) c.device_count = r.device + 1;
+  return c;
+}
+
+void Recorder::reset_after_fork() {
+  for (Shard& s : shards_) {
+    s.lock.reset();
+    s.live.clear();
+  }
+  handle_lock_.reset();
+  handles_.clear();
+  ring_lock_.reset();
+  ring_.clear();
+  stats_lock_.reset();
+  for (auto& d : device_) d = UsageStats{};
+  host_ = UsageStats{};
+  device_count_ = 0;
+  unknown_frees_.store(0);
+  stale_replaced_ = 0;
+}
+
+uint64_t Recorder::event_count() const { return ring_.total(); }
+
+}  // namespace memtrace

@@ -1,0 +1,85 @@
+// The recording side: registry of live memory + bounded trace ring, updated by hooks.
+// Each event takes one registry shard lock and, inside it, the ring lock, so a dump that
+// takes every lock sees whole events only: a consistent cut.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "core/addr_map.hpp"
+#include "core/records.hpp"
+#include "core/spinlock.hpp"
+#include "core/trace_ring.hpp"
+
+namespace memtrace {
+
+class Recorder {
+ public:
+  Recorder() = default;
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // Sizes the ring and sets which actions are skipped. Clears history.
+  void configure(size_t max_entries, uint32_t skip_actions_mask);
+
+  // An allocation succeeded: records it and emits segment_alloc + alloc.
+  void record_alloc(const AllocRecord& r);
+  // Before the real free: marks the record as being freed and copies it out. It stays live
+  // (a dump taken meanwhile still shows it) until finish_free. False if unknown or already
+  // being freed.
+  bool begin_free(uint64_t addr, AllocRecord* out);
+  // After the real free. ok: removes the record and emits free_requested, free_completed,
+  // segment_free. !ok: the record is live again, unchanged. If the address was meanwhile
+  // handed out again (the new allocation closed the old record), nothing happens.
+  void finish_free(const AllocRecord& r, bool ok, uint64_t stream, uint32_t free_stack_id);
+  // A free of a pointer memtrace never saw (counted only).
+  void note_unknown_free() { unknown_frees_.fetch_add(1, std::memory_order_relaxed); }
+  bool is_live(uint64_t addr);
+
+  void record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free, uint32_t stack_id,
+                  const char* note);
+
+  // VMM physical memory.
+  void handle_created(const HandleRecord& h);
+  // Adds delta to the handle's references; at zero the physical memory is gone.
+  void handle_ref(uint64_t handle, int delta);
+  bool handle_info(uint64_t handle, HandleRecord* out);
+
+  // Context teardown frees every allocation of that context: emit frees for all of them.
+  void purge_context(uint64_t ctx);
+
+  StateCopy copy_state();
+  // In a forked child: the child owns no device memory.
+  void reset_after_fork();
+
+  uint64_t event_count() const;
+
+ private:
+  static constexpr int kShards = 32;
+  struct Shard {
+    SpinLock lock;
+    AddrMap<AllocRecord> live;
+  };
+  Shard& shard_of(uint64_t addr) { return shards_[(addr >> 9) * 0x9E3779B97F4A7C15ull >> 59]; }
+  void push(const TraceEntry& e);  // caller holds ring_lock_
+  void emit_alloc(const AllocRecord& r);
+  void emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t);
+  void account(const AllocRecord& r, int64_t sign);
+  void account_bytes(bool host, int device, int64_t delta);
+
+  Shard shards_[kShards];
+  SpinLock handle_lock_;
+  AddrMap<HandleRecord> handles_;
+  SpinLock ring_lock_;
+  TraceRing ring_;
+  uint32_t skip_mask_ = 0;
+
+  SpinLock stats_lock_;  // taken inside ring_lock_ only
+  UsageStats device_[kMaxDevices];
+  UsageStats host_;
+  int device_count_ = 0;
+  std::atomic<uint64_t> unknown_frees_{0};
+  uint64_t stale_replaced_ = 0;
+  std::atomic<uint64_t> serial_{0};
+};
+
+}  // namespace memtrace

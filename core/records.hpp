@@ -1,0 +1,64 @@
+// What the registry keeps about live memory, and the copy a dump works from.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/event.hpp"
+
+namespace memtrace {
+
+constexpr int kMaxDevices = 64;
+
+// One live allocation. Without the caching allocator it is one snapshot segment holding one block.
+struct AllocRecord {
+  uint64_t addr = 0;
+  uint64_t size = 0;       // bytes the driver handed out (pitch x height for pitched memory)
+  uint64_t requested = 0;  // bytes the caller asked for
+  uint64_t stream = 0;
+  uint64_t time_us = 0;
+  uint64_t ctx = 0;     // owning CUcontext; its destruction frees the record
+  uint64_t handle = 0;  // VmmMapping: the physical allocation handle mapped here
+  const char* note = nullptr;
+  uint64_t serial = 0;  // set by the recorder: tells a record from a later one at the same address
+  uint32_t stack_id = 0;
+  int16_t device = 0;  // -1 for host memory not tied to a device
+  MemKind kind = MemKind::Device;
+  bool freeing = false;  // a free is in flight: still live until the real free returns
+};
+
+// VMM physical memory (cuMemCreate): alive until the creation reference, every mapping
+// and every retain are gone.
+struct HandleRecord {
+  uint64_t handle = 0;
+  uint64_t size = 0;
+  uint64_t ctx = 0;
+  uint64_t time_us = 0;
+  uint32_t stack_id = 0;
+  int32_t refs = 0;
+  int16_t device = 0;
+  bool host = false;  // location HOST / HOST_NUMA: pinned host memory, not device memory
+};
+
+struct UsageStats {
+  uint64_t current = 0;
+  uint64_t peak = 0;
+  uint64_t allocations = 0;  // allocations ever made
+};
+
+// A consistent cut of the recorder: `live` is the state right after the last entry of `trace`.
+struct StateCopy {
+  std::vector<AllocRecord> live;      // sorted by (kind is host, device, addr)
+  std::vector<HandleRecord> handles;  // physical VMM memory still alive
+  std::vector<TraceEntry> trace;      // kept history, oldest first, all devices mixed
+  uint64_t dropped_entries = 0;       // history the ring overwrote
+  uint64_t total_entries = 0;
+  uint64_t ring_capacity = 0;
+  UsageStats device[kMaxDevices];
+  int device_count = 0;  // highest device index seen + 1
+  UsageStats host;
+  uint64_t time_us = 0;
+  uint64_t unknown_frees = 0;   // frees of pointers memtrace never saw allocated
+  uint64_t stale_replaced = 0;  // allocations reported at an address memtrace thought was live
+};
+
+}  // namespace memtrace

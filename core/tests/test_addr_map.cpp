@@ -1,0 +1,46 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+
+#include "core/addr_map.hpp"
+
+using memtrace::AddrMap;
+
+TEST_CASE("addr map agrees with std::map under random insert/take") {
+  AddrMap<uint64_t> m;
+  std::map<uint64_t, uint64_t> ref;
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200000; ++i) {
+    // Keys clustered like device addresses: same prefix, 512-byte aligned.
+    uint64_t key = 0x7f0000000000ull + (rng() % 4096) * 512;
+    if (rng() % 3 == 0) {
+      uint64_t a = 0;
+      bool had = m.take(key, &a);
+      auto it = ref.find(key);
+      REQUIRE(had == (it != ref.end()));
+      if (had) {
+        REQUIRE(a == it->second);
+        ref.erase(it);
+      }
+    } else {
+      m.put(key, i);
+      ref[key] = i;
+    }
+    REQUIRE(m.size() == ref.size());
+  }
+  for (auto& [k, v] : ref) {
+    uint64_t* p = m.find(k);
+    REQUIRE(p);
+    REQUIRE(*p == v);
+  }
+  size_t seen = 0;
+  m.for_each([&](uint64_t k, const uint64_t& v) {
+    ++seen;
+    REQUIRE(ref.at(k) == v);
+  });
+  CHECK(seen == ref.size());
+  m.clear();
+  CHECK(m.size() == 0);
+  CHECK(m.find(ref.begin()->first) == nullptr);
+}

@@ -1,0 +1,93 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "core/config.hpp"
+#include "core/event.hpp"
+#include "stderr_capture.hpp"
+
+using namespace memtrace;
+
+namespace {
+std::map<std::string, std::string> g_env;
+const char* fake_getenv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+}  // namespace
+
+TEST_CASE("defaults when nothing is set") {
+  g_env.clear();
+  StderrCapture cap;
+  Config c = parse_config(&fake_getenv);
+  CHECK(cap.text().empty());
+  CHECK(c.output == "memtrace-%p.pickle");
+  CHECK(c.summary);
+  CHECK(c.stacks == StackMode::Native);
+  CHECK(c.stack_depth == 64);
+  CHECK(c.max_entries == 500000);
+  CHECK(c.skip_actions == 0);
+}
+
+TEST_CASE("valid values are taken") {
+  g_env = {{"MEMTRACE_OUTPUT", "/tmp/x-%p.pickle"}, {"MEMTRACE_SUMMARY", "0"},
+           {"MEMTRACE_STACKS", "NONE"},            {"MEMTRACE_STACK_DEPTH", "32"},
+           {"MEMTRACE_MAX_ENTRIES", "1000"},       {"MEMTRACE_SKIP_ACTIONS", "free_requested, oom"}};
+  StderrCapture cap;
+  Config c = parse_config(&fake_getenv);
+  CHECK(cap.text().empty());
+  CHECK(c.output == "/tmp/x-%p.pickle");
+  CHECK_FALSE(c.summary);
+  CHECK(c.stacks == StackMode::None);
+  CHECK(c.stack_depth == 32);
+  CHECK(c.max_entries == 1000);
+  CHECK(c.skip_actions == ((1u << int(Action::FreeRequested)) | (1u << int(Action::Oom))));
+}
+
+TEST_CASE("each bad value gets one warning naming the variable and the default") {
+  struct Case {
+    const char* var;
+    const char* value;
+    const char* expect;
+  };
+  Case cases[] = {
+      {"MEMTRACE_SUMMARY", "maybe", "MEMTRACE_SUMMARY='maybe'"},
+      {"MEMTRACE_STACKS", "python", "using native"},
+      {"MEMTRACE_STACK_DEPTH", "abc", "using 64"},
+      {"MEMTRACE_STACK_DEPTH", "0", "using 64"},
+      {"MEMTRACE_STACK_DEPTH", "1000", "using 64"},
+      {"MEMTRACE_MAX_ENTRIES", "-5", "using 500000"},
+      {"MEMTRACE_SKIP_ACTIONS", "alloc,bogus", "skipping none"},
+      {"MEMTRACE_OUTPUT", "", "MEMTRACE_OUTPUT is empty"},
+  };
+  for (const Case& k : cases) {
+    g_env = {{k.var, k.value}};
+    StderrCapture cap;
+    Config c = parse_config(&fake_getenv);
+    std::string out = cap.text();
+    INFO(k.var << "=" << k.value << " -> " << out);
+    CHECK(out.find(k.expect) != std::string::npos);
+    CHECK(out.find(k.var) != std::string::npos);
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+    Config d;
+    CHECK(c.stack_depth == d.stack_depth);
+    CHECK(c.max_entries == d.max_entries);
+    CHECK(c.summary == d.summary);
+  }
+}
+
+TEST_CASE("sizes with suffixes") {
+  uint64_t v = 0;
+  CHECK(parse_size_bytes("4096", &v));
+  CHECK(v == 4096);
+  CHECK(parse_size_bytes("16G", &v));
+  CHECK(v == 16ull << 30);
+  CHECK(parse_size_bytes("1.5K", &v));
+  CHECK(v == 1536);
+  CHECK(parse_size_bytes("512MiB", &v));
+  CHECK(v == 512ull << 20);
+  CHECK_FALSE(parse_size_bytes("12Q", &v));
+  CHECK_FALSE(parse_size_bytes("", &v));
+  CHECK_FALSE(parse_size_bytes("-1", &v));
+}

@@ -1,0 +1,216 @@
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/recorder.hpp"
+
+using namespace memtrace;
+
+namespace {
+AllocRecord rec(uint64_t addr, uint64_t size, int dev = 0, MemKind k = MemKind::Device, uint64_t ctx = 1) {
+  AllocRecord r;
+  r.addr = addr;
+  r.size = size;
+  r.requested = size - 1;
+  r.device = static_cast<int16_t>(dev);
+  r.kind = k;
+  r.ctx = ctx;
+  return r;
+}
+std::vector<Action> actions(const StateCopy& c) {
+  std::vector<Action> a;
+  for (auto& e : c.trace) a.push_back(e.action);
+  return a;
+}
+}  // namespace
+
+TEST_CASE("alloc and free produce PyTorch's entry sequence and stats") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512));
+  r.record_alloc(rec(0x2000, 1024, 1));
+  AllocRecord taken;
+  REQUIRE(r.begin_free(0x1000, &taken));
+  r.finish_free(taken, true, 0, 0);
+  StateCopy c = r.copy_state();
+  CHECK(actions(c) == std::vector<Action>{Action::SegmentAlloc, Action::Alloc, Action::SegmentAlloc, Action::Alloc,
+                                          Action::FreeRequested, Action::FreeCompleted, Action::SegmentFree});
+  CHECK(c.trace[1].size == 511);  // alloc carries the requested size
+  CHECK(c.trace[0].size == 512);  // segment_alloc the segment size
+  REQUIRE(c.live.size() == 1);
+  CHECK(c.live[0].addr == 0x2000);
+  CHECK(c.device_count == 2);
+  CHECK(c.device[0].current == 0);
+  CHECK(c.device[0].peak == 512);
+  CHECK(c.device[1].current == 1024);
+}
+
+TEST_CASE("a failed free puts the record back and emits nothing") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512));
+  AllocRecord taken;
+  REQUIRE(r.begin_free(0x1000, &taken));
+  CHECK(r.is_live(0x1000));  // still live while the real free runs
+  CHECK_FALSE(r.begin_free(0x1000, &taken));
+  r.finish_free(taken, false, 0, 0);
+  StateCopy c = r.copy_state();
+  CHECK(c.live.size() == 1);
+  CHECK(c.trace.size() == 2);
+  CHECK(c.device[0].current == 512);
+}
+
+TEST_CASE("skip mask drops those actions only") {
+  Recorder r;
+  r.configure(100, 1u << int(Action::FreeRequested));
+  r.record_alloc(rec(0x1000, 512));
+  AllocRecord t;
+  r.begin_free(0x1000, &t);
+  r.finish_free(t, true, 0, 0);
+  StateCopy c = r.copy_state();
+  for (auto& e : c.trace) CHECK(e.action != Action::FreeRequested);
+  CHECK(c.trace.size() == 4);
+}
+
+TEST_CASE("reallocation at a live address closes the stale record first") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512));
+  r.record_alloc(rec(0x1000, 256));
+  StateCopy c = r.copy_state();
+  CHECK(c.live.size() == 1);
+  CHECK(c.live[0].size == 256);
+  CHECK(c.stale_replaced == 1);
+  CHECK(c.device[0].current == 256);
+  CHECK(actions(c)[2] == Action::FreeRequested);
+}
+
+TEST_CASE("VMM physical memory lives until the last reference") {
+  Recorder r;
+  r.configure(100, 0);
+  HandleRecord h;
+  h.handle = 77;
+  h.size = 2 << 20;
+  h.refs = 1;
+  h.device = 0;
+  r.handle_created(h);
+  r.handle_ref(77, +1);  // map
+  r.handle_ref(77, +1);  // retain
+  r.handle_ref(77, -1);  // release of the retain
+  r.handle_ref(77, -1);  // release of the creation reference: still mapped
+  CHECK(r.copy_state().device[0].current == (2u << 20));
+  r.handle_ref(77, -1);  // unmap
+  StateCopy c = r.copy_state();
+  CHECK(c.device[0].current == 0);
+  CHECK(c.device[0].peak == (2u << 20));
+  CHECK(c.handles.empty());
+}
+
+TEST_CASE("context purge frees that context's records and handles only") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512, 0, MemKind::Device, 1));
+  r.record_alloc(rec(0x2000, 512, 0, MemKind::Device, 2));
+  for (int i = 0; i < 200; ++i) r.record_alloc(rec(0x100000 + i * 4096, 64, 0, MemKind::Device, 1));
+  HandleRecord h;
+  h.handle = 5;
+  h.size = 100;
+  h.refs = 1;
+  h.ctx = 1;
+  r.handle_created(h);
+  r.purge_context(1);
+  StateCopy c = r.copy_state();
+  REQUIRE(c.live.size() == 1);
+  CHECK(c.live[0].ctx == 2);
+  CHECK(c.handles.empty());
+  CHECK(c.device[0].current == 512);
+}
+
+TEST_CASE("host memory is kept apart from device memory") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x9000, 4096, -1, MemKind::HostPinned));
+  r.record_alloc(rec(0x1000, 512, 0));
+  StateCopy c = r.copy_state();
+  CHECK(c.host.current == 4096);
+  CHECK(c.device[0].current == 512);
+  REQUIRE(c.live.size() == 2);
+  CHECK(c.live[0].kind == MemKind::Device);  // device records sort first
+}
+
+TEST_CASE("ten threads lose no event and the cut matches the registry") {
+  Recorder r;
+  r.configure(1 << 20, 0);
+  constexpr int kThreads = 10, kIters = 5000;
+  std::vector<std::thread> ts;
+  std::atomic<bool> stop{false};
+  std::thread dumper([&] {
+    // Dumps while threads run: each cut must be self-consistent.
+    while (!stop.load()) {
+      StateCopy c = r.copy_state();
+      std::set<uint64_t> live;
+      for (auto& e : c.trace) {
+        if (e.action == Action::Alloc) live.insert(e.addr);
+        if (e.action == Action::FreeCompleted) live.erase(e.addr);
+      }
+      REQUIRE(live.size() == c.live.size());
+    }
+  });
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kIters; ++i) {
+        uint64_t a = (uint64_t(t + 1) << 32) + uint64_t(i) * 512;
+        r.record_alloc(rec(a, 512));
+        if (i % 2 == 0) {
+          AllocRecord x;
+          REQUIRE(r.begin_free(a, &x));
+          r.finish_free(x, true, 0, 0);
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  stop = true;
+  dumper.join();
+  StateCopy c = r.copy_state();
+  size_t allocs = 0, frees = 0;
+  for (auto& e : c.trace) {
+    allocs += e.action == Action::Alloc;
+    frees += e.action == Action::FreeCompleted;
+  }
+  CHECK(allocs == size_t(kThreads) * kIters);
+  CHECK(frees == size_t(kThreads) * kIters / 2);
+  CHECK(c.live.size() == size_t(kThreads) * kIters / 2);
+  CHECK(c.device[0].current == c.live.size() * 512);
+}
+
+TEST_CASE("fork reset empties everything") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512));
+  r.reset_after_fork();
+  StateCopy c = r.copy_state();
+  CHECK(c.live.empty());
+  CHECK(c.trace.empty());
+  CHECK(c.device[0].current == 0);
+}
+
+TEST_CASE("a reallocation racing a free keeps the new record") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512));
+  AllocRecord old;
+  REQUIRE(r.begin_free(0x1000, &old));
+  r.record_alloc(rec(0x1000, 256));  // another thread got the address before the free returned
+  r.finish_free(old, true, 0, 0);
+  StateCopy c = r.copy_state();
+  REQUIRE(c.live.size() == 1);
+  CHECK(c.live[0].size == 256);
+  CHECK(c.stale_replaced == 0);
+  size_t frees = 0;
+  for (auto& e : c.trace) frees += e.action == Action::FreeCompleted;
+  CHECK(frees == 1);
+  CHECK(c.device[0].current == 256);
+}

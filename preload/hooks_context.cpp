@@ -1,0 +1,70 @@
+// Context teardown frees every allocation of the context, so its records go too.
+#include "preload/driver_decls.hpp"
+#include "preload/hook_table.hpp"
+#include "preload/record.hpp"
+
+using namespace memtrace;
+using namespace memtrace::preload;
+
+namespace {
+
+// The primary context's handle, learned without changing its reference count: a retain
+// matched by a release is a no-op on a context that is already alive.
+CUcontext primary_context_of(CUdevice dev) {
+  auto retain = real_fn<Hook::cuDevicePrimaryCtxRetain, decltype(&::cuDevicePrimaryCtxRetain)>();
+  auto release = real_fn<Hook::cuDevicePrimaryCtxRelease_v2, decltype(&::cuDevicePrimaryCtxRelease_v2)>();
+  auto state = real_fn<Hook::cuDevicePrimaryCtxGetState, decltype(&::cuDevicePrimaryCtxGetState)>();
+  if (!retain || !release || !state) return nullptr;
+  unsigned int flags = 0;
+  int active = 0;
+  if (state(dev, &flags, &active) != CUDA_SUCCESS || !active) return nullptr;
+  CUcontext ctx = nullptr;
+  if (retain(&ctx, dev) != CUDA_SUCCESS) return nullptr;
+  release(dev);
+  return ctx;
+}
+
+bool primary_still_active(CUdevice dev) {
+  auto state = real_fn<Hook::cuDevicePrimaryCtxGetState, decltype(&::cuDevicePrimaryCtxGetState)>();
+  unsigned int flags = 0;
+  int active = 1;
+  if (!state || state(dev, &flags, &active) != CUDA_SUCCESS) return true;
+  return active != 0;
+}
+
+void purge(Session* s, CUcontext ctx) {
+  if (!s || !ctx) return;
+  s->recorder.purge_context(reinterpret_cast<uint64_t>(ctx));
+  invalidate_context_cache();
+}
+
+}  // namespace
+
+extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  auto real = real_fn<Hook::cuCtxDestroy_v2, decltype(&::cuCtxDestroy_v2)>();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  HookScope scope;
+  CUresult r = real(ctx);
+  if (r == CUDA_SUCCESS) purge(scope.session(), ctx);
+  return r;
+}
+
+extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  auto real = real_fn<Hook::cuDevicePrimaryCtxReset_v2, decltype(&::cuDevicePrimaryCtxReset_v2)>();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  HookScope scope;
+  CUcontext ctx = scope.session() ? primary_context_of(dev) : nullptr;
+  CUresult r = real(dev);
+  if (r == CUDA_SUCCESS) purge(scope.session(), ctx);
+  return r;
+}
+
+extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  auto real = real_fn<Hook::cuDevicePrimaryCtxRelease_v2, decltype(&::cuDevicePrimaryCtxRelease_v2)>();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  HookScope scope;
+  CUcontext ctx = scope.session() ? primary_context_of(dev) : nullptr;
+  CUresult r = real(dev);
+  if (r == CUDA_SUCCESS && ctx && !primary_still_active(dev)) purge(scope.session(), ctx);
+  return r;
+}

@@ -1,0 +1,69 @@
+// The doors every CUDA runtime (shared or static, in NCCL, cuBLAS, PyTorch...) uses to reach
+// the driver: dlsym of exact names, and cuGetProcAddress[_v2]. Substitution is chosen by the
+// identity of the pointer the real resolver returned, never by name or version, so ABI
+// variants (_v2, _ptsz, 4- vs 5-argument resolvers) can never be mixed up.
+#include <dlfcn.h>
+
+#include "core/log.hpp"
+#include "preload/driver_decls.hpp"
+#include "preload/hook_table.hpp"
+#include "preload/real_dlsym.hpp"
+
+using namespace memtrace;
+using namespace memtrace::preload;
+
+namespace {
+
+void* substitute(void* real, const char* symbol, int version, cuuint64_t flags) {
+  int id = identify_driver_pointer(real);
+  if (id < 0) return real;
+  Hook h = static_cast<Hook>(id);
+  remember_real(h, real);
+  // If this name's slot already holds another pointer (a second driver object), forwarding
+  // through our wrapper would call the wrong one: hand out the real pointer instead.
+  if (real_pointer(h) != real) return real;
+  void* w = hook_wrapper(h);
+  log::debug("getproc {} {} {} -> {}", symbol ? symbol : "(null)", version, flags, hook_name(h));
+  return w ? w : real;
+}
+
+}  // namespace
+
+extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                                              cuuint64_t flags,
+                                                              CUdriverProcAddressQueryResult* symbolStatus) {
+  auto real = real_fn<Hook::cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000>();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
+  if (r != CUDA_SUCCESS || !pfn || !*pfn) return r;
+  if (symbolStatus && *symbolStatus != CU_GET_PROC_ADDRESS_SUCCESS) return r;
+  *pfn = substitute(*pfn, symbol, cudaVersion, flags);
+  return r;
+}
+
+extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                                           cuuint64_t flags) {
+  auto real = real_fn<Hook::cuGetProcAddress, PFN_cuGetProcAddress_v11030>();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real(symbol, pfn, cudaVersion, flags);
+  if (r != CUDA_SUCCESS || !pfn || !*pfn) return r;
+  *pfn = substitute(*pfn, symbol, cudaVersion, flags);
+  return r;
+}
+
+// dlsym: names that are not ours go on unchanged, as a tail call, so that glibc still sees
+// the original caller's return address (RTLD_NEXT is relative to the caller).
+extern "C" MEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
+  DlsymFn next = next_dlsym();
+  int id = classify_wrapped_name(name);
+  if (__builtin_expect(id < 0, 1)) return next(handle, name);
+  void* r = next(handle, name);
+  if (!r) return r;
+  Hook h = static_cast<Hook>(id);
+  void* wrapper = hook_wrapper(h);
+  if (r == wrapper) return r;  // an RTLD_DEFAULT lookup found our own export
+  remember_real(h, r);
+  if (real_pointer(h) != r) return r;  // a different object than the one we forward to
+  log::debug("dlsym {} -> wrapper", name);
+  return wrapper;
+}

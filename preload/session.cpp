@@ -1,0 +1,132 @@
+#include "preload/session.hpp"
+
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <new>
+
+#include "core/log.hpp"
+#include "output/dump.hpp"
+#include "unwind/stack_capture.hpp"
+
+namespace memtrace::preload {
+
+__thread ThreadState t_state __attribute__((tls_model("initial-exec"))) = {false, nullptr};
+
+namespace {
+
+enum State : int { kUninitialised = 0, kInitialising = 1, kReady = 2, kOff = 3 };
+std::atomic<int> g_state{kUninitialised};
+std::atomic<uint64_t> g_dump_sequence{0};
+alignas(Session) unsigned char g_storage[sizeof(Session)];
+Session* g_session = nullptr;
+
+uintptr_t g_self_lo = 0, g_self_hi = 0;
+
+int find_self(dl_phdr_info* info, size_t, void* data) {
+  auto me = reinterpret_cast<uintptr_t>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+    if (me >= lo && me < hi) {
+      // Whole object: every executable PT_LOAD of it.
+      uintptr_t olo = UINTPTR_MAX, ohi = 0;
+      for (int j = 0; j < info->dlpi_phnum; ++j) {
+        const ElfW(Phdr)& q = info->dlpi_phdr[j];
+        if (q.p_type != PT_LOAD || !(q.p_flags & PF_X)) continue;
+        uintptr_t a = info->dlpi_addr + q.p_vaddr;
+        if (a < olo) olo = a;
+        if (a + q.p_memsz > ohi) ohi = a + q.p_memsz;
+      }
+      g_self_lo = olo;
+      g_self_hi = ohi;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void on_exit_dump() { dump_now("exit"); }
+
+void fork_child() {
+  // The child owns no device memory and cannot use the parent's context.
+  if (!g_session) return;
+  g_session->recorder.reset_after_fork();
+  g_session->stacks.clear();
+  g_dump_sequence.store(0);
+  t_state.in_hook = false;
+}
+
+void initialise() {
+  Config cfg = parse_config(&getenv);
+  log::set_debug(cfg.debug);
+  Session* s = new (g_storage) Session();
+  s->config = cfg;
+  s->recorder.configure(cfg.max_entries, cfg.skip_actions);
+  dl_iterate_phdr(&find_self, reinterpret_cast<void*>(&find_self));
+  g_session = s;
+  pthread_atfork(nullptr, nullptr, &fork_child);
+  atexit(&on_exit_dump);
+  log::debug("recording: stacks={} depth={} max_entries={} output={}",
+             cfg.stacks == StackMode::Native ? "native" : "none", cfg.stack_depth, cfg.max_entries,
+             cfg.output);
+}
+
+}  // namespace
+
+Session* session_if_active() {
+  int st = g_state.load(std::memory_order_acquire);
+  if (st == kReady) return g_session;
+  if (st == kOff) return nullptr;
+  int expected = kUninitialised;
+  if (g_state.compare_exchange_strong(expected, kInitialising, std::memory_order_acq_rel)) {
+    t_state.in_hook = true;  // anything initialisation triggers passes straight through
+    initialise();
+    t_state.in_hook = false;
+    g_state.store(kReady, std::memory_order_release);
+    return g_session;
+  }
+  // Another thread is initialising: it takes microseconds and calls no hook.
+  while ((st = g_state.load(std::memory_order_acquire)) == kInitialising) sched_yield();
+  return st == kReady ? g_session : nullptr;
+}
+
+uint32_t capture_stack_id(Session& s, void* caller) {
+  uintptr_t pcs[256 + 8];
+  int n = 0;
+  int skip = 0;
+  if (s.config.stacks == StackMode::Native) {
+    n = unwind::capture(pcs, s.config.stack_depth + 8);
+    while (skip < n && pcs[skip] >= g_self_lo && pcs[skip] < g_self_hi) ++skip;
+  }
+  if (skip >= n) {
+    pcs[0] = reinterpret_cast<uintptr_t>(caller);
+    n = 1;
+    skip = 0;
+  }
+  int keep = n - skip;
+  if (keep > s.config.stack_depth) keep = s.config.stack_depth;
+  return s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep));
+}
+
+void dump_now(const char* reason) {
+  Session* s = session_if_active();
+  if (!s) return;
+  bool was = t_state.in_hook;
+  t_state.in_hook = true;
+  StateCopy state = s->recorder.copy_state();
+  output::DumpRequest req;
+  req.path_template = s->config.output;
+  req.sequence = g_dump_sequence.fetch_add(1);
+  req.print_summary = s->config.summary;
+  req.include_frames = s->config.stacks != StackMode::None;
+  req.reason = reason;
+  output::dump_snapshot(state, s->stacks, req);
+  t_state.in_hook = was;
+}
+
+}  // namespace memtrace::preload

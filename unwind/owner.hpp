@@ -1,0 +1,22 @@
+// Who asked for memory: the module of the first frame outside memtrace, the CUDA driver and
+// the CUDA runtime, normalised to a short name (nccl, cublas, cudnn, torch, xla, cupy,
+// cudart, the program's name, or the library's base name).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace memtrace::unwind {
+
+class Symbolizer;
+
+// Short name for a module path. exe_path is the main program's path.
+std::string owner_name(std::string_view module_path, std::string_view exe_path);
+// True for memtrace itself, libcuda*, and the shared CUDA runtime (libcudart*).
+bool is_infrastructure(std::string_view module_path);
+// Owner of a stack (innermost first). When every frame is infrastructure: the outermost
+// one's owner (e.g. "cudart"); "unknown" when there are no frames.
+std::string owner_of_stack(std::span<const uintptr_t> pcs, Symbolizer& sym, std::string_view exe_path);
+
+}  // namespace memtrace::unwind

@@ -1,0 +1,61 @@
+// Each distinct stack stored once; events carry a 32-bit id.
+// Lock-light: lookups of known stacks take no lock; inserting a new one takes a short lock.
+// Storage is append-only, so a view returned by get() stays valid for the table's lifetime.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace memtrace::unwind {
+
+class StackTable {
+ public:
+  StackTable();
+  // Smaller bounds (tests, or a caller that wants less); clamped to kMaxStacks / kMaxFrames.
+  StackTable(uint32_t max_stacks, uint64_t max_frames);
+  ~StackTable();
+  StackTable(const StackTable&) = delete;
+  StackTable& operator=(const StackTable&) = delete;
+
+  // Id (> 0) of this address sequence; 0 when n == 0 or the table is full.
+  uint32_t intern(const uintptr_t* pcs, uint32_t n);
+  // The addresses of a stack id (innermost first); empty span for 0 or unknown ids.
+  std::span<const uintptr_t> get(uint32_t id) const;
+  size_t size() const;          // distinct stacks
+  size_t memory_bytes() const;  // bytes held by the table
+  void clear();                 // forked child: start empty
+
+  // Bounds: intern() returns 0 once either is reached. Storage is reserved address space
+  // (PROT_NONE, MAP_NORESERVE) committed in chunks as stacks arrive.
+  static constexpr uint32_t kMaxStacks = 1u << 20;         // 1M distinct stacks
+  static constexpr uint64_t kMaxFrames = uint64_t{64} << 20;  // 64M addresses in all
+  size_t frame_count() const;  // addresses stored, all stacks together
+
+ private:
+  struct Record;  // one stack: hash, first frame, length
+  struct Slots;   // one open-addressing index: atomic (hash tag << 32 | id) words
+
+  void init();
+  void release();
+  uint32_t find(const Slots* s, uint64_t hash, const uintptr_t* pcs, uint32_t n) const;
+  uint32_t insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t n);
+  static bool commit(void* base, std::atomic<size_t>& committed, size_t need, size_t limit,
+                     size_t chunk);
+  void lock();
+  void unlock();
+
+  uint32_t max_stacks_ = kMaxStacks;
+  uint64_t max_frames_ = kMaxFrames;
+  uintptr_t* frames_ = nullptr;  // reserved kMaxFrames addresses, never moves
+  Record* records_ = nullptr;    // reserved kMaxStacks records, never moves
+  std::atomic<Slots*> slots_{nullptr};  // current index; older ones kept until clear()
+  std::atomic<uint32_t> count_{0};      // stacks published; ids are 1..count_
+  std::atomic<uint64_t> frames_used_{0};
+  std::atomic<size_t> index_bytes_{0};
+  std::atomic<size_t> frames_committed_{0};   // bytes of frames_ made writable
+  std::atomic<size_t> records_committed_{0};  // bytes of records_ made writable
+  std::atomic<bool> lock_{false};
+};
+
+}  // namespace memtrace::unwind

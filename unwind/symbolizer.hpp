@@ -1,0 +1,53 @@
+// Turns return addresses into frames, late (when a snapshot is written), each distinct
+// address once. ELF symbol tables give names even for programs built without -rdynamic;
+// DWARF (elfutils libdw) gives file, line and inlined frames where debug info exists.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memtrace::unwind {
+
+struct SymFrame {
+  std::string function;  // demangled; "module+0xoffset" when nothing better exists
+  std::string file;      // "" when unknown (the module path is used by callers then)
+  int line = 0;
+};
+
+// One loaded object as the Symbolizer saw it.
+struct ModuleInfo {
+  std::string path;      // as in /proc/self/maps ("[vdso]" for the vDSO)
+  uintptr_t start = 0;   // lowest mapped address (the load base for ordinary objects)
+  uintptr_t end = 0;     // one past the highest
+  uintptr_t bias = 0;    // load bias: runtime address - ELF virtual address
+  std::string build_id;  // lower-case hex; "" when the object has none or is unreadable
+};
+
+class Symbolizer {
+ public:
+  // Takes the current process's module map (path, load address, build id).
+  Symbolizer();
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // Frames for one return address, innermost first (inlined frames expanded). Never empty.
+  // The reference stays valid for the Symbolizer's lifetime.
+  const std::vector<SymFrame>& frames(uintptr_t return_address);
+  // Path of the module containing the address, "" if none.
+  std::string_view module_of(uintptr_t address);
+  // The module map: the objects mapped at construction, plus any found later when an
+  // address fell outside every known module (the map is then re-read, at most every 200 ms).
+  std::vector<ModuleInfo> modules() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Path of the module that holds memtrace's own code (libmemtrace.so, or a test binary).
+std::string_view self_module();
+
+}  // namespace memtrace::unwind
