@@ -51,12 +51,11 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol,
   return r;
 }
 
-// dlsym: names that are not ours go on unchanged, as a tail call, so that glibc still sees
-// the original caller's return address (RTLD_NEXT is relative to the caller).
-extern "C" MEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
-  DlsymFn next = next_dlsym();
-  int id = classify_wrapped_name(name);
-  if (__builtin_expect(id < 0, 1)) return next(handle, name);
+namespace {
+
+// The part of the dlsym hook for our own names; out of line so that the common path below
+// stays a pure forwarding tail call.
+__attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const char* name, int id) {
   void* r = next(handle, name);
   if (!r) return r;
   Hook h = static_cast<Hook>(id);
@@ -66,4 +65,16 @@ extern "C" MEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
   if (real_pointer(h) != r) return r;  // a different object than the one we forward to
   log::debug("dlsym {} -> wrapper", name);
   return wrapper;
+}
+
+}  // namespace
+
+// dlsym: names that are not ours go on unchanged as a tail call, so glibc still sees the
+// original caller's return address (RTLD_NEXT is relative to the caller). A test
+// disassembles this function to keep it that way.
+extern "C" MEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
+  DlsymFn next = next_dlsym();
+  int id = classify_wrapped_name(name);
+  if (__builtin_expect(id < 0, 1)) return next(handle, name);
+  return dlsym_ours(next, handle, name, id);
 }

@@ -62,7 +62,7 @@ void fork_child() {
 }
 
 void initialise() {
-  Config cfg = parse_config(&getenv);
+  Config cfg = parse_config([](const char* n) -> const char* { return getenv(n); });
   log::set_debug(cfg.debug);
   Session* s = new (g_storage) Session();
   s->config = cfg;
