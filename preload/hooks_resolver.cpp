@@ -8,6 +8,7 @@
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/real_dlsym.hpp"
+#include "preload/session.hpp"
 
 using namespace memtrace;
 using namespace memtrace::preload;
@@ -34,6 +35,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symb
                                                               CUdriverProcAddressQueryResult* symbolStatus) {
   auto real = real_fn<Hook::cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  HookScope scope;  // a program that uses CUDA gets a session (and a snapshot at exit)
   CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (r != CUDA_SUCCESS || !pfn || !*pfn) return r;
   if (symbolStatus && *symbolStatus != CU_GET_PROC_ADDRESS_SUCCESS) return r;
@@ -45,6 +47,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol,
                                                            cuuint64_t flags) {
   auto real = real_fn<Hook::cuGetProcAddress, PFN_cuGetProcAddress_v11030>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  HookScope scope;
   CUresult r = real(symbol, pfn, cudaVersion, flags);
   if (r != CUDA_SUCCESS || !pfn || !*pfn) return r;
   *pfn = substitute(*pfn, symbol, cudaVersion, flags);
@@ -56,6 +59,7 @@ namespace {
 // The part of the dlsym hook for our own names; out of line so that the common path below
 // stays a pure forwarding tail call.
 __attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const char* name, int id) {
+  read_debug_flag_once();
   void* r = next(handle, name);
   if (!r) return r;
   Hook h = static_cast<Hook>(id);

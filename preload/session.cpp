@@ -95,6 +95,14 @@ Session* session_if_active() {
   return st == kReady ? g_session : nullptr;
 }
 
+void read_debug_flag_once() {
+  static std::atomic<bool> done{false};
+  if (done.load(std::memory_order_acquire)) return;
+  bool on = false;
+  if (const char* v = getenv("MEMTRACE_DEBUG"); v && parse_bool(v, &on) && on) log::set_debug(true);
+  done.store(true, std::memory_order_release);
+}
+
 uint32_t capture_stack_id(Session& s, void* caller) {
   uintptr_t pcs[256 + 8];
   int n = 0;

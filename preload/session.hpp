@@ -52,6 +52,10 @@ class HookScope {
 // Must be called directly from the exported wrapper.
 uint32_t capture_stack_id(Session& s, void* caller);
 
+// Reads MEMTRACE_DEBUG once, without starting the session: the dlsym hook must stay light
+// but its substitutions should be visible in the debug log from the very first lookup.
+void read_debug_flag_once();
+
 // Writes a snapshot now (used at exit).
 void dump_now(const char* reason);
 

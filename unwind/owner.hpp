@@ -10,6 +10,7 @@
 namespace memtrace::unwind {
 
 class Symbolizer;
+class ModuleMap;
 
 // Short name for a module path. exe_path is the main program's path.
 std::string owner_name(std::string_view module_path, std::string_view exe_path);
@@ -18,5 +19,8 @@ bool is_infrastructure(std::string_view module_path);
 // Owner of a stack (innermost first). When every frame is infrastructure: the outermost
 // one's owner (e.g. "cudart"); "unknown" when there are no frames.
 std::string owner_of_stack(std::span<const uintptr_t> pcs, Symbolizer& sym, std::string_view exe_path);
+// The same over the cheaper dl_iterate_phdr module map (module_map.hpp).
+std::string owner_of_stack(std::span<const uintptr_t> pcs, ModuleMap& modules,
+                           std::string_view exe_path);
 
 }  // namespace memtrace::unwind

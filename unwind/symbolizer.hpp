@@ -12,13 +12,15 @@ namespace memtrace::unwind {
 
 struct SymFrame {
   std::string function;  // demangled; "module+0xoffset" when nothing better exists
+                         // (module: file name; offset: of the return address from the
+                         // load bias); "[unknown]+0xaddress" outside every module
   std::string file;      // "" when unknown (the module path is used by callers then)
   int line = 0;
 };
 
 // One loaded object as the Symbolizer saw it.
 struct ModuleInfo {
-  std::string path;      // as in /proc/self/maps ("[vdso]" for the vDSO)
+  std::string path;      // canonical path (as module_of() gives it); "[vdso]" for the vDSO
   uintptr_t start = 0;   // lowest mapped address (the load base for ordinary objects)
   uintptr_t end = 0;     // one past the highest
   uintptr_t bias = 0;    // load bias: runtime address - ELF virtual address
@@ -38,8 +40,9 @@ class Symbolizer {
   const std::vector<SymFrame>& frames(uintptr_t return_address);
   // Path of the module containing the address, "" if none.
   std::string_view module_of(uintptr_t address);
-  // The module map: the objects mapped at construction, plus any found later when an
-  // address fell outside every known module (the map is then re-read, at most every 200 ms).
+  // The module map: the objects loaded at construction (per the dynamic loader), plus any
+  // found later: when an address falls outside every known module and something was
+  // dlopened or dlclosed since, the loader's list is read again.
   std::vector<ModuleInfo> modules() const;
 
  private:

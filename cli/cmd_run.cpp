@@ -1,0 +1,163 @@
+// memtrace run: set up the environment for libmemtrace.so and exec the program in place, so
+// that the program's pid, signals and exit status are its own.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/paths.hpp"
+
+namespace memtrace::cli {
+
+namespace {
+
+constexpr const char* kUsageLine =
+    "usage: memtrace run [--sim] [-o PATH] [--no-summary] [--stacks none|native] [--] PROGRAM [ARGS...]\n";
+
+void print_run_usage(std::FILE* out) {
+  std::fputs(kUsageLine, out);
+  std::fprintf(out,
+               "\n"
+               "Runs PROGRAM with libmemtrace.so preloaded. When the program exits, memtrace writes a\n"
+               "memory snapshot that pytorch.org/memory_viz opens and prints a summary on stderr.\n"
+               "The program's exit status is passed through.\n"
+               "\n"
+               "options:\n"
+               "  --sim                 run on the simulated CUDA device (no GPU needed): puts the\n"
+               "                        simulated libcuda/libcudart/libnccl first on LD_LIBRARY_PATH\n"
+               "  -o, --output PATH     where to write the snapshot (MEMTRACE_OUTPUT); in PATH, %%p is\n"
+               "                        the pid, %%r the rank, %%h the host, %%n a sequence number,\n"
+               "                        %%t the time, %%e the program's name (default memtrace-%%p.pickle)\n"
+               "  --no-summary          print no summary on stderr (MEMTRACE_SUMMARY=0)\n"
+               "  --stacks MODE         none or native: record the call stack of each event\n"
+               "                        (MEMTRACE_STACKS, default native)\n"
+               "  -h, --help            show this help\n"
+               "\n"
+               "Other settings are read from MEMTRACE_* environment variables, which pass through.\n");
+}
+
+struct RunOptions {
+  bool sim = false;
+  bool no_summary = false;
+  const char* output = nullptr;
+  const char* stacks = nullptr;
+  int program_index = -1;  // index in argv of PROGRAM
+};
+
+int usage_error(const char* fmt, const char* arg) {
+  std::fprintf(stderr, "memtrace run: ");
+  std::fprintf(stderr, fmt, arg);
+  std::fprintf(stderr, "\n%sTry 'memtrace run --help' for more.\n", kUsageLine);
+  return kExitUsage;
+}
+
+// Returns -1 when parsing succeeded, else the exit code to return.
+int parse(int argc, char** argv, RunOptions* o) {
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-' || a == "-") break;  // first operand: the program
+    if (a == "-h" || a == "--help") {
+      print_run_usage(stdout);
+      return 0;
+    } else if (a == "--sim") {
+      o->sim = true;
+    } else if (a == "--no-summary") {
+      o->no_summary = true;
+    } else if (a == "-o" || a == "--output") {
+      if (i + 1 >= argc) return usage_error("%s needs a path", argv[i]);
+      o->output = argv[++i];
+    } else if (a.starts_with("--output=")) {
+      o->output = argv[i] + std::strlen("--output=");
+    } else if (a.starts_with("-o")) {
+      o->output = argv[i] + 2;
+    } else if (a == "--stacks") {
+      if (i + 1 >= argc) return usage_error("%s needs none or native", argv[i]);
+      o->stacks = argv[++i];
+    } else if (a.starts_with("--stacks=")) {
+      o->stacks = argv[i] + std::strlen("--stacks=");
+    } else {
+      return usage_error("unknown option '%s'", argv[i]);
+    }
+  }
+  if (o->output && *o->output == '\0') return usage_error("%s", "the output path is empty");
+  if (o->stacks && std::strcmp(o->stacks, "none") != 0 && std::strcmp(o->stacks, "native") != 0)
+    return usage_error("--stacks must be none or native, not '%s'", o->stacks);
+  if (i >= argc) return usage_error("%s", "no program given");
+  o->program_index = i;
+  return -1;
+}
+
+// `first` followed by the entries of `existing` (separated by ':' or ' ', as ld.so reads
+// LD_PRELOAD), leaving out empty entries and other copies of `first`.
+std::string prepend_entry(const std::string& first, const char* existing, bool spaces_separate) {
+  std::string out = first;
+  if (!existing) return out;
+  std::string_view rest = existing;
+  while (!rest.empty()) {
+    size_t cut = spaces_separate ? rest.find_first_of(": ") : rest.find(':');
+    std::string_view item = rest.substr(0, cut);
+    rest = cut == std::string_view::npos ? std::string_view() : rest.substr(cut + 1);
+    if (item.empty() || item == first) continue;
+    out += ':';
+    out += item;
+  }
+  return out;
+}
+
+bool set_env(const char* name, const std::string& value) {
+  if (::setenv(name, value.c_str(), 1) == 0) return true;
+  std::fprintf(stderr, "memtrace run: cannot set %s: %s\n", name, std::strerror(errno));
+  return false;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  RunOptions o;
+  if (int rc = parse(argc, argv, &o); rc >= 0) return rc;
+
+  std::string prefix = install_prefix();
+  if (prefix.empty()) {
+    std::fprintf(stderr, "memtrace run: cannot find where memtrace is installed (/proc/self/exe: %s)\n",
+                 std::strerror(errno));
+    return kExitCannotRun;
+  }
+  std::string lib = preload_library(prefix);
+  if (!is_regular_file(lib)) {
+    std::fprintf(stderr, "memtrace run: the preload library %s is missing\n", lib.c_str());
+    return kExitCannotRun;
+  }
+  if (!set_env("LD_PRELOAD", prepend_entry(lib, std::getenv("LD_PRELOAD"), true))) return kExitCannotRun;
+
+  if (o.sim) {
+    std::string sim = sim_library_dir(prefix);
+    if (!is_regular_file(sim + "/libcuda.so.1")) {
+      std::fprintf(stderr, "memtrace run: the simulated device is missing (no %s/libcuda.so.1)\n", sim.c_str());
+      return kExitCannotRun;
+    }
+    if (!set_env("LD_LIBRARY_PATH", prepend_entry(sim, std::getenv("LD_LIBRARY_PATH"), false)))
+      return kExitCannotRun;
+  }
+  if (o.output && !set_env("MEMTRACE_OUTPUT", o.output)) return kExitCannotRun;
+  if (o.no_summary && !set_env("MEMTRACE_SUMMARY", "0")) return kExitCannotRun;
+  if (o.stacks && !set_env("MEMTRACE_STACKS", o.stacks)) return kExitCannotRun;
+
+  std::fflush(nullptr);
+  ::execvp(argv[o.program_index], argv + o.program_index);
+  int err = errno;
+  std::fprintf(stderr, "memtrace run: cannot run '%s': %s\n", argv[o.program_index], std::strerror(err));
+  return kExitCannotRun;
+}
+
+}  // namespace memtrace::cli

@@ -1,0 +1,40 @@
+/* Family: context destruction frees everything the context owned — cuCtxDestroy_v2 of a
+ * created context, cuDevicePrimaryCtxReset_v2 of the primary one. The program prints FREE for
+ * the memory the driver took back. */
+#include "mt_case.h"
+
+int main(void) {
+  mt_init();
+  CUdevice dev = mt_setup(0);
+  CUcontext primary = NULL;
+  MUST("cuCtxGetCurrent", cuCtxGetCurrent(&primary));
+
+  /* A created context with two allocations, destroyed. */
+  CUcontext ctx = NULL;
+  if (CU("cuCtxCreate", cuCtxCreate(&ctx, NULL, 0, dev)) == 0) {
+    CUdeviceptr x1 = mt_mem_alloc("alloc_x1", 1 << 20);
+    CUdeviceptr x2 = mt_mem_alloc("alloc_x2", 4000);
+    CUdeviceptr x3 = mt_mem_alloc("alloc_x3", 8192);
+    mt_mem_free("free_x3", x3);
+    if (CU("cuCtxDestroy", cuCtxDestroy(ctx)) == 0) {
+      if (x1) mt_free("dev", x1);
+      if (x2) mt_free("dev", x2);
+    }
+  }
+  MUST("cuCtxSetCurrent_primary", cuCtxSetCurrent(primary));
+
+  /* The primary context with one allocation, reset. */
+  CUdeviceptr y1 = mt_mem_alloc("alloc_y1", 2 << 20);
+  if (CU("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset(dev)) == 0) {
+    if (y1) mt_free("dev", y1);
+  }
+
+  /* A fresh primary context: this allocation outlives the program (a leak). */
+  CUcontext again = NULL;
+  MUST("cuDevicePrimaryCtxRetain_again", cuDevicePrimaryCtxRetain(&again, dev));
+  MUST("cuCtxSetCurrent_again", cuCtxSetCurrent(again));
+  CUdeviceptr z = mt_mem_alloc("alloc_z", 65536);
+  (void)z;
+  mt_done();
+  return 0;
+}

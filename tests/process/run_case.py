@@ -1,0 +1,1317 @@
+#!/usr/bin/env python3
+"""Process-level tests of memtrace: runs one named case and exits 0 (pass), 1 (fail) or 77 (skip).
+
+    python3 tests/process/run_case.py --build-dir build --source-dir . CASE
+    python3 tests/process/run_case.py --list
+
+Each case runs small programs (tests/process/*.c, built into build/tests/process/bin) on the
+simulated device, with LD_PRELOAD=build/lib/libmemtrace.so and MEMTRACE_OUTPUT in a temporary
+directory, reads the snapshot back with pickle and compares it with what the program printed
+(the protocol is described in mt_case.h), and runs output/tests/check_snapshot.py on it.
+Plain python3, no third-party modules. Set MEMTRACE_TEST_KEEP=1 to keep the temporary files.
+"""
+import argparse
+import glob
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+class Skip(Exception):
+    pass
+
+
+class Failure(Exception):
+    pass
+
+
+def fail(msg):
+    raise Failure(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# The program's side: the line protocol of mt_case.h
+# --------------------------------------------------------------------------------------------
+
+class ProgramOutput:
+    """What a test program said it did (one process: the parent, or the child with CHILD lines)."""
+
+    def __init__(self, text, child=False):
+        self.rcs = []        # [(label, code)]
+        self.events = []     # [('ALLOC', kind, addr, requested, segment) | ('FREE', kind, addr)]
+        self.ooms = []       # [bytes]
+        self.counts = {}     # name -> int
+        self.syms = {}       # label -> (pointer, module, symbol)
+        self.statuses = {}   # label -> int (STATUS lines)
+        self.values = {}     # other KEY value lines: first word -> list of the rest
+        self.done = False
+        self.stopped = None
+        for raw in text.splitlines():
+            line = raw
+            if child:
+                if not line.startswith("CHILD "):
+                    continue
+                line = line[len("CHILD "):]
+            elif line.startswith("CHILD "):
+                continue
+            f = line.split()
+            if not f:
+                continue
+            k = f[0]
+            try:
+                if k == "RC" and len(f) == 3:
+                    self.rcs.append((f[1], int(f[2])))
+                elif k == "ALLOC" and len(f) == 5:
+                    self.events.append(("ALLOC", f[1], int(f[2], 16), int(f[3]), int(f[4])))
+                elif k == "FREE" and len(f) == 3:
+                    self.events.append(("FREE", f[1], int(f[2], 16)))
+                elif k == "OOM" and len(f) == 2:
+                    self.ooms.append(int(f[1]))
+                elif k == "COUNT" and len(f) == 3:
+                    self.counts[f[1]] = int(f[2])
+                elif k == "SYM" and len(f) == 5:
+                    ptr = 0 if f[2] in ("(nil)", "0", "0x0") else int(f[2], 16)
+                    self.syms[f[1]] = (ptr, f[3], f[4])
+                elif k == "STATUS" and len(f) == 3:
+                    self.statuses[f[1]] = int(f[2])
+                elif k == "DONE":
+                    self.done = True
+                elif k == "STOP":
+                    self.stopped = " ".join(f[1:])
+                else:
+                    self.values.setdefault(k, []).append(f[1:])
+            except ValueError:
+                pass  # a comment that happens to start with a keyword
+
+    def live(self, kind):
+        """addr -> (requested, segment) still held at the end, in the order the program made them."""
+        held = {}
+        for e in self.events:
+            if e[1] != kind:
+                continue
+            if e[0] == "ALLOC":
+                held[e[2]] = (e[3], e[4])
+            else:
+                held.pop(e[2], None)
+        return held
+
+    def allocs(self, kind):
+        return [e for e in self.events if e[0] == "ALLOC" and e[1] == kind]
+
+    def frees(self, kind):
+        return [e for e in self.events if e[0] == "FREE" and e[1] == kind]
+
+    def shape(self):
+        """The program's story without addresses: comparable between runs."""
+        out = []
+        for e in self.events:
+            out.append(e[:2] + e[3:] if e[0] == "ALLOC" else e[:2])
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# The snapshot's side
+# --------------------------------------------------------------------------------------------
+
+def flatten_traces(traces):
+    """host_traces may be a flat list of entries or a list per device: entries either way."""
+    out = []
+    for t in traces or []:
+        if isinstance(t, list):
+            out.extend(t)
+        else:
+            out.append(t)
+    return out
+
+
+class Snapshot:
+    def __init__(self, path):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                self.data = pickle.load(f)
+        except Exception as e:  # noqa: BLE001 - any failure to load is the finding
+            fail(f"{path}: pickle.load failed: {type(e).__name__}: {e}")
+        check(isinstance(self.data, dict), f"{path}: top level is {type(self.data).__name__}, not dict")
+        for key in ("segments", "device_traces"):
+            check(key in self.data, f"{path}: no '{key}' key (keys: {sorted(self.data)})")
+        self.segments = self.data["segments"]
+        self.device_traces = self.data["device_traces"]
+        check(isinstance(self.segments, list), "segments is not a list")
+        check(isinstance(self.device_traces, list) and all(isinstance(t, list) for t in self.device_traces),
+              "device_traces is not a list of lists")
+
+    def entries(self):
+        """[(device, entry)] over all devices, each device's list in order."""
+        return [(d, e) for d, t in enumerate(self.device_traces) for e in t]
+
+    def actions(self, action):
+        return [e for _, e in self.entries() if e.get("action") == action]
+
+    def segment_map(self):
+        return {s["address"]: s for s in self.segments}
+
+    def host_segments(self):
+        return self.data.get("host_segments")
+
+    def host_entries(self):
+        return flatten_traces(self.data.get("host_traces"))
+
+
+def describe_entries(entries, limit=12):
+    out = []
+    for e in entries[:limit]:
+        addr = e.get("addr")
+        out.append(f"{e.get('action')}@{hex(addr) if isinstance(addr, int) else addr}:{e.get('size')}"
+                   f"[{e.get('category')}]")
+    if len(entries) > limit:
+        out.append(f"... ({len(entries)} in all)")
+    return ", ".join(out)
+
+
+def check_entry_fields(snap, stacks=True):
+    """What memtrace promises on every device trace entry (beyond the viewer's minimum)."""
+    for dev, e in snap.entries():
+        check(isinstance(e, dict), f"device {dev}: trace entry is {type(e).__name__}")
+        a = e.get("action")
+        check(isinstance(a, str), f"trace entry without action: {e}")
+        check(isinstance(e.get("size"), int), f"{a} entry without int size: {e}")
+        check(isinstance(e.get("time_us"), int), f"{a} entry without int time_us: {e}")
+        check(isinstance(e.get("category"), str) and e.get("category"), f"{a} entry without category: {e}")
+        check("user_metadata" in e, f"{a} entry without user_metadata: {e}")
+        if a == "oom":
+            check("addr" not in e, f"oom entry has an addr: {e}")
+            check(isinstance(e.get("device_free"), int), f"oom entry without int device_free: {e}")
+        else:
+            check(isinstance(e.get("addr"), int), f"{a} entry without int addr: {e}")
+        if stacks and a in ("alloc", "segment_alloc"):
+            fr = e.get("frames")
+            check(isinstance(fr, list), f"{a} entry without a frames list: {e}")
+            for f in fr:
+                check(isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("name"), str)
+                      and isinstance(f.get("line"), int), f"bad frame {f} in {a} entry")
+                check("libmemtrace" not in f["filename"] and "memtrace::" not in f["name"],
+                      f"memtrace's own frame in a {a} entry: {f}")
+
+
+def check_against_program(snap, out, exact=True, category=None, stacks=True, foreign_allocs=False):
+    """The snapshot tells the program's story: live segments = what the program still holds;
+    every allocation and free it made is in the trace."""
+    check_entry_fields(snap, stacks)
+    segs = snap.segment_map()
+    dev_live = out.live("dev")
+    host_live = out.live("host")
+    host_addrs = {e[2] for e in out.allocs("host")}
+
+    # Segments.
+    for s in snap.segments:
+        total = s.get("total_size")
+        blocks = s.get("blocks", [])
+        check(sum(b.get("size", 0) for b in blocks) == total,
+              f"segment {hex(s['address'])}: blocks sum {sum(b.get('size', 0) for b in blocks)} != total_size {total}")
+        check(s["address"] not in host_addrs, f"host memory {hex(s['address'])} appears as a device segment")
+    for addr, (req, seg) in dev_live.items():
+        check(addr in segs, f"live allocation {hex(addr)} ({req} bytes) has no segment; segments: "
+                            f"{[hex(a) for a in sorted(segs)]}")
+        s = segs[addr]
+        check(s["total_size"] == seg, f"segment {hex(addr)}: total_size {s['total_size']}, program says {seg}")
+        check(any(b.get("state") == "active_allocated" for b in s.get("blocks", [])),
+              f"segment {hex(addr)} has no active_allocated block")
+    if exact:
+        extra = sorted(set(segs) - set(dev_live))
+        check(not extra, f"segments the program does not hold: "
+                         f"{[(hex(a), segs[a]['total_size'], segs[a].get('device')) for a in extra]}")
+
+    # Trace: every allocation and free.
+    entries = [e for _, e in snap.entries()]
+    by_addr = {}
+    for e in entries:
+        if "addr" in e:
+            by_addr.setdefault(e["addr"], []).append(e)
+    for ev in out.allocs("dev"):
+        _, _, addr, req, seg = ev
+        es = by_addr.get(addr, [])
+        allocs = [e for e in es if e["action"] == "alloc"]
+        check(allocs, f"no alloc entry for {hex(addr)} ({req} bytes); entries there: {describe_entries(es)}")
+        check(any(e["size"] in (req, seg) for e in allocs),
+              f"alloc entries for {hex(addr)} have sizes {[e['size'] for e in allocs]}, expected {req} (or {seg})")
+        segallocs = [e for e in es if e["action"] == "segment_alloc"]
+        check(any(e["size"] == seg for e in segallocs),
+              f"no segment_alloc of {seg} bytes for {hex(addr)}; entries: {describe_entries(es)}")
+        if category is not None:
+            cats = {e.get("category") for e in allocs}
+            check(category in cats, f"alloc entries for {hex(addr)} have categories {cats}, expected {category!r}")
+    frees_expected = {}
+    for ev in out.frees("dev"):
+        frees_expected[ev[2]] = frees_expected.get(ev[2], 0) + 1
+    for addr, n in frees_expected.items():
+        es = by_addr.get(addr, [])
+        for action in ("free_requested", "free_completed", "segment_free"):
+            got = sum(1 for e in es if e["action"] == action)
+            check(got >= n, f"{hex(addr)}: {got} {action} entries, the program freed it {n} time(s); "
+                            f"entries: {describe_entries(es)}")
+    # Per address, events alternate alloc / free in trace order.
+    for addr, es in by_addr.items():
+        state = False
+        for e in es:
+            if e["action"] == "alloc":
+                check(not state, f"{hex(addr)}: alloc while already allocated: {describe_entries(es)}")
+                state = True
+            elif e["action"] == "free_completed":
+                check(state, f"{hex(addr)}: free_completed of memory not allocated: {describe_entries(es)}")
+                state = False
+    if exact and not foreign_allocs:
+        n_alloc_prog = len(out.allocs("dev"))
+        n_alloc_snap = len(snap.actions("alloc"))
+        check(n_alloc_snap == n_alloc_prog,
+              f"{n_alloc_snap} alloc entries, the program made {n_alloc_prog} device allocations: "
+              f"{describe_entries(snap.actions('alloc'))}")
+    # Host memory never shows up on the device side.
+    for e in entries:
+        if e.get("action") in ("alloc", "segment_alloc"):
+            check(e["addr"] not in host_addrs, f"host allocation {hex(e['addr'])} recorded in device_traces")
+
+    # Host side.
+    if out.allocs("host"):
+        hs = snap.host_segments()
+        check(hs is not None, f"the program pinned host memory but the snapshot has no host_segments "
+                              f"(keys: {sorted(snap.data)})")
+        hsmap = {s.get("address"): s for s in hs}
+        for addr, (req, seg) in host_live.items():
+            check(addr in hsmap, f"live pinned host memory {hex(addr)} ({req} bytes) not in host_segments: "
+                                 f"{[hex(a) for a in hsmap if isinstance(a, int)]}")
+            check(hsmap[addr].get("total_size") == seg,
+                  f"host segment {hex(addr)}: total_size {hsmap[addr].get('total_size')}, expected {seg}")
+        if exact:
+            extra = sorted(set(hsmap) - set(host_live))
+            check(not extra, f"host_segments the program does not hold: {[hex(a) for a in extra]}")
+        ht = snap.host_entries()
+        check(snap.data.get("host_traces") is not None, "no host_traces in the snapshot")
+        for ev in out.allocs("host"):
+            check(any(e.get("action") == "alloc" and e.get("addr") == ev[2] for e in ht),
+                  f"no alloc entry in host_traces for pinned {hex(ev[2])}: {describe_entries(ht)}")
+        for ev in out.frees("host"):
+            check(any(e.get("action") in ("free_requested", "free_completed", "segment_free") and e.get("addr") == ev[2]
+                      for e in ht), f"no free entry in host_traces for pinned {hex(ev[2])}")
+
+
+# --------------------------------------------------------------------------------------------
+# Running things
+# --------------------------------------------------------------------------------------------
+
+class Result:
+    def __init__(self, argv, proc, outdir, elapsed):
+        self.argv = argv
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.outdir = outdir
+        self.elapsed = elapsed
+        self.out = ProgramOutput(self.stdout)
+
+    def snapshots(self):
+        return sorted(glob.glob(os.path.join(self.outdir, "*.pickle")))
+
+    def snapshot(self):
+        files = self.snapshots()
+        check(len(files) == 1, f"expected one snapshot in {self.outdir}, found {os.listdir(self.outdir)}"
+                               f"\n{self.describe()}")
+        return Snapshot(files[0])
+
+    def memtrace_lines(self):
+        return [l for l in self.stderr.splitlines() if l.startswith("memtrace:")]
+
+    def summary(self):
+        """The summary block on stderr: the 'memtrace: summary' line and the indented lines after it."""
+        out, inside = [], False
+        for line in self.stderr.splitlines():
+            if line.startswith("memtrace: summary"):
+                out, inside = [line], True
+            elif inside and line.startswith(" "):
+                out.append(line)
+            else:
+                inside = False
+        return "\n".join(out)
+
+    def warnings(self):
+        return [l for l in self.stderr.splitlines() if l.startswith("memtrace: warning")]
+
+    def describe(self):
+        def tail(s, n=40):
+            lines = s.splitlines()
+            return "\n".join(("    " + l) for l in lines[-n:])
+        return (f"  command: {' '.join(self.argv)}\n  exit status: {self.rc} ({self.elapsed:.2f}s)\n"
+                f"  stdout:\n{tail(self.stdout)}\n  stderr:\n{tail(self.stderr)}")
+
+
+class Context:
+    def __init__(self, build, source, keep):
+        self.build = os.path.abspath(build)
+        self.source = os.path.abspath(source)
+        self.preload = os.path.join(self.build, "lib", "libmemtrace.so")
+        self.sim = os.path.join(self.build, "lib", "memtrace", "sim")
+        self.bindir = os.path.join(self.build, "tests", "process", "bin")
+        self.cli = os.path.join(self.build, "bin", "memtrace")
+        self.examples = os.path.join(self.build, "bin")
+        self.checker = os.path.join(self.source, "output", "tests", "check_snapshot.py")
+        self.tmp = tempfile.mkdtemp(prefix="memtrace-test-")
+        self.keep = keep
+        self.runs = 0
+        self.checker_missing = False
+        self.checker_module = None
+        self.log = []
+
+    def cleanup(self, failed):
+        if self.keep or failed:
+            print(f"(temporary files kept in {self.tmp})")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # prerequisites -----------------------------------------------------------------------
+    def need_preload(self):
+        if not os.path.isfile(self.preload):
+            raise Skip(f"{self.preload} is not built yet (target memtrace_preload)")
+
+    def need_sim(self, *libs):
+        for lib in libs or ("libcuda.so.1",):
+            p = os.path.join(self.sim, lib)
+            if not os.path.isfile(p):
+                raise Skip(f"{p} is not built yet (simulated device)")
+
+    def program(self, name):
+        p = os.path.join(self.bindir, name)
+        if not os.path.isfile(p):
+            raise Skip(f"test program {p} is not built (it needs the sim targets at configure time; "
+                       f"re-run cmake and build)")
+        return p
+
+    def need_cli(self):
+        if not os.path.isfile(self.cli):
+            raise Skip(f"{self.cli} is not built (target memtrace_cli)")
+
+    # running -------------------------------------------------------------------------------
+    def base_env(self):
+        env = {k: v for k, v in os.environ.items()
+               if not (k.startswith("MEMTRACE_") or k.startswith("SIMCUDA_") or k in ("LD_PRELOAD",))}
+        env.pop("LD_LIBRARY_PATH", None)
+        return env
+
+    def run(self, argv, preload=True, env=None, lib_path=None, output=None, timeout=20, stdin=None):
+        """Runs argv on the simulated device. preload: LD_PRELOAD libmemtrace.so with MEMTRACE_OUTPUT
+        in a fresh directory (unless output or env sets it)."""
+        self.runs += 1
+        outdir = os.path.join(self.tmp, f"run{self.runs:03d}")
+        os.makedirs(outdir)
+        e = self.base_env()
+        e["LD_LIBRARY_PATH"] = lib_path if lib_path is not None else self.sim
+        e["MEMTRACE_MAX_ENTRIES"] = "1000000"
+        if preload:
+            e["LD_PRELOAD"] = self.preload if preload is True else preload
+            e["MEMTRACE_OUTPUT"] = output or os.path.join(outdir, "snapshot-%p.pickle")
+        for k, v in (env or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=timeout, errors="replace", stdin=stdin or subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as ex:
+            fail(f"{' '.join(argv)} did not finish within {timeout}s\n  stdout: {ex.stdout}\n  stderr: {ex.stderr}")
+        r = Result(argv, p, outdir, time.monotonic() - t0)
+        self.log.append(r)
+        return r
+
+    def check_snapshot_tool(self, path, subprocess_run=False):
+        """output/tests/check_snapshot.py on one file: loaded once and called in this process (its
+        main(argv) is what the command line runs), or as a command when subprocess_run is set."""
+        if not os.path.isfile(self.checker):
+            self.checker_missing = True
+            return
+        if subprocess_run:
+            p = subprocess.run([sys.executable, self.checker, path], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=60, errors="replace")
+            check(p.returncode == 0, f"check_snapshot.py {path} exited {p.returncode}:\n{p.stdout[-4000:]}")
+            return
+        if self.checker_module is None:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("memtrace_check_snapshot", self.checker)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            self.checker_module = mod
+        import contextlib
+        import io
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            rc = self.checker_module.main(["check_snapshot.py", path])
+        check(rc == 0, f"check_snapshot.py {path} exited {rc}:\n{buf.getvalue()[-4000:]}")
+
+
+def expect_ok(r, what="program"):
+    check(r.rc == 0, f"{what} failed\n{r.describe()}")
+    check(r.out.done, f"{what} did not reach its end (no DONE line)\n{r.describe()}")
+
+
+def same_story(plain, traced, what):
+    """A run with memtrace must see exactly what the run without it saw."""
+    check(plain.rc == traced.rc, f"{what}: exit status {plain.rc} without memtrace, {traced.rc} with it\n"
+                                 f"--- without:\n{plain.describe()}\n--- with:\n{traced.describe()}")
+    check(plain.out.rcs == traced.out.rcs,
+          f"{what}: return codes differ\n  without: {plain.out.rcs}\n  with:    {traced.out.rcs}\n"
+          f"--- with:\n{traced.describe()}")
+    check(plain.out.shape() == traced.out.shape(),
+          f"{what}: allocations differ\n  without: {plain.out.shape()}\n  with:    {traced.out.shape()}")
+
+
+def traced_and_checked(ctx, argv, exact=True, category=None, env=None, stacks=True, foreign_allocs=False):
+    """Runs with memtrace, checks the program ran to its end and the snapshot tells its story."""
+    r = ctx.run(argv, env=env)
+    expect_ok(r)
+    snap = r.snapshot()
+    try:
+        check_against_program(snap, r.out, exact=exact, category=category, stacks=stacks,
+                              foreign_allocs=foreign_allocs)
+    except Failure as f:
+        fail(f"{f}\n{r.describe()}")
+    ctx.check_snapshot_tool(snap.path)
+    return r, snap
+
+
+# --------------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------------
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__[len("case_"):]] = fn
+    return fn
+
+
+def basic_case(ctx, name, category=None, exact=True, env=None, foreign_allocs=False):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program(name)
+    plain = ctx.run([prog], preload=False, env=env)
+    expect_ok(plain, f"{name} without memtrace")
+    r, snap = traced_and_checked(ctx, [prog], exact=exact, category=category, env=env,
+                                 foreign_allocs=foreign_allocs)
+    same_story(plain, r, name)
+    return r, snap
+
+
+def wrapped_by_memtrace(r, label):
+    sym = r.out.syms.get(label)
+    check(sym is not None, f"no SYM line for {label}\n{r.describe()}")
+    check(sym[1] == "libmemtrace.so", f"{label} resolved to {sym[2]} in {sym[1]}, expected memtrace's wrapper "
+                                      f"(libmemtrace.so)\n{r.describe()}")
+    return sym
+
+
+def from_driver(r, label):
+    sym = r.out.syms.get(label)
+    check(sym is not None, f"no SYM line for {label}")
+    check(sym[1] == "libcuda.so.1", f"{label} resolved into {sym[1]} ({sym[2]}), expected the driver libcuda.so.1")
+    return sym
+
+
+# routes --------------------------------------------------------------------------------------
+
+@case
+def case_route_direct(ctx):
+    r, snap = basic_case(ctx, "route_direct", category="route_direct")
+    ctx.check_snapshot_tool(snap.path, subprocess_run=True)
+
+
+@case
+def case_route_dlsym(ctx):
+    r, _ = basic_case(ctx, "route_dlsym", category="route_dlsym")
+    wrapped_by_memtrace(r, "cuMemAlloc_v2")
+    wrapped_by_memtrace(r, "cuMemFree_v2")
+    from_driver(r, "cuInit")
+    from_driver(r, "cuDeviceGet")
+    legacy = r.out.syms.get("cuMemAlloc_legacy")
+    check(legacy is None or legacy[0] == 0 or legacy[1] == "libcuda.so.1",
+          f"legacy cuMemAlloc (32-bit ABI) was substituted: {legacy}")
+
+
+@case
+def case_route_getproc(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_getproc")
+    plain = ctx.run([prog], preload=False)
+    expect_ok(plain, "route_getproc without memtrace")
+    r, snap = traced_and_checked(ctx, [prog], category="route_getproc")
+    same_story(plain, r, "route_getproc")
+    check(plain.out.statuses == r.out.statuses,
+          f"lookup statuses differ: without {plain.out.statuses}, with {r.out.statuses}")
+    # The resolver itself and its self-lookups.
+    wrapped_by_memtrace(r, "dlsym_cuGetProcAddress_v2")
+    wrapped_by_memtrace(r, "cuGetProcAddress@11030")
+    wrapped_by_memtrace(r, "cuGetProcAddress@12000")
+    check(r.out.syms["cuGetProcAddress@11030"][0] != r.out.syms["cuGetProcAddress@12000"][0],
+          "the 11030 (4-argument) and 12000 (5-argument) resolvers got the same wrapper")
+    # Memory entry points get wrappers; others are the driver's own.
+    for label in ("cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemAllocAsync+ptds", "cuMemFreeAsync",
+                  "cuMemFreeAsync+ptds", "cuMemAlloc@gpa11030"):
+        wrapped_by_memtrace(r, label)
+    for label in ("cuDeviceGet", "cuInit@2000", "cuCtxSetCurrent", "cuStreamSynchronize"):
+        from_driver(r, label)
+    check(r.out.syms["cuMemAllocAsync"][0] != r.out.syms["cuMemAllocAsync+ptds"][0],
+          "cuMemAllocAsync with and without PER_THREAD_DEFAULT_STREAM got the same wrapper "
+          f"({r.out.syms['cuMemAllocAsync']})")
+    check(plain.out.syms["cuMemAllocAsync"][0] != plain.out.syms["cuMemAllocAsync+ptds"][0],
+          "the simulated driver itself returns one pointer for cuMemAllocAsync with and without PTDS")
+    for label in ("cuMemAllocAsync+ptds", "cuMemFreeAsync+ptds"):
+        name = r.out.syms[label][2]
+        check(name == "-" or name.endswith("_ptsz"), f"{label} resolved to {name}, expected a _ptsz wrapper")
+    for label in ("cuNoSuchFunction", "cuMemAlloc@99999"):
+        if plain.out.syms[label][0] == 0:
+            check(r.out.syms[label][0] == 0, f"failed lookup {label} was given a pointer: {r.out.syms[label]}")
+
+
+@case
+def case_route_runtime(ctx):
+    ctx.need_sim("libcuda.so.1", "libcudart.so.13")
+    r, snap = basic_case(ctx, "route_runtime", category="route_runtime")
+    wrapped_by_memtrace(r, "cuMemAlloc@runtime")
+
+
+@case
+def case_route_nccl(ctx):
+    ctx.need_sim("libcuda.so.1", "libcudart.so.13", "libnccl.so.2")
+    env = {"SIMCUDA_DEVICES": "2"}
+    r, snap = basic_case(ctx, "route_nccl", env=env, exact=True, foreign_allocs=True)
+    ndev = r.out.counts.get("devices", 0)
+    check(ndev == 2, f"the program saw {ndev} devices with SIMCUDA_DEVICES=2")
+    check(len(snap.device_traces) >= 2, f"device_traces has {len(snap.device_traces)} lists for 2 devices")
+    user = {e[2] for e in r.out.allocs("dev")}
+    nccl_allocs = [e for e in snap.actions("alloc") if e.get("category") == "nccl"]
+    internal = [e for e in nccl_allocs if e["addr"] not in user]
+    check(internal, "no NCCL-internal allocation with category 'nccl' (communicator buffers); alloc entries: "
+                    f"{describe_entries(snap.actions('alloc'), 40)}")
+    freed = {e["addr"] for e in snap.actions("free_completed")}
+    for e in internal:
+        check(e["addr"] in freed, f"NCCL-internal buffer {hex(e['addr'])} not freed by ncclCommDestroy")
+    for d, t in enumerate(snap.device_traces[:2]):
+        check(any(e.get("action") == "alloc" and e.get("category") == "nccl" for e in t),
+              f"no 'nccl' allocation on device {d}")
+    # The leaked ncclMemAlloc buffer sits on the last device.
+    devices = {int(v[0], 16): int(v[1]) for v in r.out.values.get("DEVICE", [])}
+    segs = snap.segment_map()
+    for addr in r.out.live("dev"):
+        check(segs[addr].get("device") == devices.get(addr),
+              f"segment {hex(addr)} is on device {segs[addr].get('device')}, the program put it on {devices.get(addr)}")
+
+
+@case
+def case_route_ctypes(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    script = os.path.join(ctx.source, "tests", "process", "route_ctypes.py")
+    plain = ctx.run([sys.executable, script], preload=False)
+    expect_ok(plain, "route_ctypes.py without memtrace")
+    r, snap = traced_and_checked(ctx, [sys.executable, script])
+    same_story(plain, r, "route_ctypes.py")
+    wrapped_by_memtrace(r, "cuMemAlloc_v2")
+    from_driver(r, "cuDeviceGet")
+
+
+# families ------------------------------------------------------------------------------------
+
+@case
+def case_fam_linear(ctx):
+    r, snap = basic_case(ctx, "fam_linear", category="fam_linear")
+    pitches = {v[0]: int(v[1]) for v in r.out.values.get("PITCH", [])}
+    check("pitch_p" in pitches, "no PITCH line")
+
+
+@case
+def case_fam_managed(ctx):
+    basic_case(ctx, "fam_managed", category="fam_managed")
+
+
+@case
+def case_fam_async(ctx):
+    basic_case(ctx, "fam_async", category="fam_async")
+
+
+def vmm_handles(out):
+    sizes = {v[0]: int(v[1]) for v in out.values.get("HANDLE", [])}
+    gone = {v[0] for v in out.values.get("HANDLE_GONE", [])}
+    return sizes, gone
+
+
+@case
+def case_fam_vmm(ctx):
+    r, snap = basic_case(ctx, "fam_vmm", category="fam_vmm")
+    check(r.out.values.get("SAME_HANDLE") == [["1"]],
+          f"cuMemRetainAllocationHandle returned another handle: {r.out.values.get('SAME_HANDLE')}")
+    sizes, gone = vmm_handles(r.out)
+    alive = {k: v for k, v in sizes.items() if k not in gone}
+    check(set(alive) == {"create_b", "create_c", "create_d"}, f"program bookkeeping: {sizes} gone {gone}")
+    leaked = r.out.live("dev")
+    check(len(leaked) == 2, f"expected two leaked mappings (b, d2), the program reports {leaked}")
+    # Physical memory counts until its last reference: A is gone (retain, release, unmap, release),
+    # B (released while mapped), C (never mapped) and D (one of two mappings left) are alive.
+    want = (f"VMM physical memory still alive: {len(alive)} handles, "
+            f"{human_bytes(sum(alive.values()))} on devices")
+    summary = r.summary()
+    check(want in summary, f"the summary should say '{want}':\n{summary}")
+    want = f"device 0: current {human_bytes(sum(alive.values()))}"
+    check(want in summary, f"the summary should say '{want}' (physical memory of live handles):\n{summary}")
+
+
+def human_bytes(n):
+    """output/summary.cpp's human_bytes."""
+    k = 1024.0
+    if n < 1024:
+        return f"{n} B"
+    if n < k * k:
+        return f"{n / k:.1f} KiB"
+    if n < k ** 3:
+        return f"{n / k ** 2:.1f} MiB"
+    if n < k ** 4:
+        return f"{n / k ** 3:.2f} GiB"
+    return f"{n / k ** 4:.2f} TiB"
+
+
+@case
+def case_fam_host(ctx):
+    r, snap = basic_case(ctx, "fam_host", category="fam_host")
+    check(len(snap.segments) == 1, f"expected only the device allocation as a segment, got "
+                                   f"{[(hex(s['address']), s['total_size']) for s in snap.segments]}")
+
+
+@case
+def case_fam_context(ctx):
+    r, snap = basic_case(ctx, "fam_context", category="fam_context")
+    check(len(r.out.live("dev")) == 1, f"program bookkeeping: {r.out.live('dev')}")
+
+
+# faults --------------------------------------------------------------------------------------
+
+def fault_family(ctx, name, specs, env=None, need=("libcuda.so.1",)):
+    ctx.need_preload()
+    ctx.need_sim(*need)
+    prog = ctx.program(name)
+    base = ctx.run([prog], preload=False, env=env)
+    for spec in specs:
+        e = dict(env or {})
+        e["SIMCUDA_FAIL"] = spec
+        plain = ctx.run([prog], preload=False, env=e)
+        check(plain.out.rcs != base.out.rcs or plain.rc != base.rc,
+              f"SIMCUDA_FAIL={spec}: no call failed in the run without memtrace (fault point not reached?)\n"
+              f"{plain.describe()}")
+        # Stacks are beside the point here, and symbolizing them is most of a run's time.
+        r = ctx.run([prog], env=dict(e, MEMTRACE_STACKS="none"))
+        same_story(plain, r, f"{name} with SIMCUDA_FAIL={spec}")
+        if plain.rc == 0:
+            snap = r.snapshot()
+            try:
+                check_against_program(snap, r.out, exact=True, stacks=False)
+            except Failure as f:
+                fail(f"SIMCUDA_FAIL={spec}: {f}\n{r.describe()}")
+            ctx.check_snapshot_tool(snap.path)
+        newly = [f"{l}={c}" for (l, c) in plain.out.rcs if c != 0 and (l, c) not in base.out.rcs]
+        print(f"  {spec}: {len(plain.out.rcs)} calls, same results with and without memtrace "
+              f"(failed: {newly}, exit status {plain.rc})")
+
+
+@case
+def case_fault_linear(ctx):
+    fault_family(ctx, "fam_linear", ["cuMemAlloc_v2@2", "cuMemAlloc_v2", "cuMemAllocPitch_v2@1",
+                                     "cuMemFree_v2=1@1", "cuMemFree_v2=700@2"])
+
+
+@case
+def case_fault_managed(ctx):
+    fault_family(ctx, "fam_managed", ["cuMemAllocManaged@2", "cuMemFree_v2=1@2"])
+
+
+@case
+def case_fault_async(ctx):
+    fault_family(ctx, "fam_async", ["cuMemAllocAsync@1", "cuMemAllocAsync_ptsz@1", "cuMemAllocFromPoolAsync@1",
+                                    "cuMemAllocFromPoolAsync_ptsz@2", "cuMemFreeAsync=1@1",
+                                    "cuMemFreeAsync_ptsz=1@1", "cuMemPoolCreate@1"])
+
+
+@case
+def case_fault_vmm(ctx):
+    fault_family(ctx, "fam_vmm", ["cuMemCreate@2", "cuMemMap@1", "cuMemSetAccess=1@1",
+                                  "cuMemRetainAllocationHandle=1@1", "cuMemUnmap=1@1", "cuMemRelease=1@1",
+                                  "cuMemRelease=1@2", "cuMemAddressReserve@3"])
+
+
+@case
+def case_fault_host(ctx):
+    fault_family(ctx, "fam_host", ["cuMemAllocHost_v2@2", "cuMemHostAlloc@1", "cuMemHostRegister_v2@1",
+                                   "cuMemFreeHost=1@1", "cuMemHostUnregister=1@1"])
+
+
+@case
+def case_fault_context(ctx):
+    fault_family(ctx, "fam_context", ["cuCtxDestroy_v2=1@1", "cuDevicePrimaryCtxReset_v2=1@1", "cuCtxCreate_v4@1"])
+
+
+@case
+def case_fault_getproc(ctx):
+    fault_family(ctx, "route_getproc", ["cuGetProcAddress_v2=1@6", "cuMemAllocAsync_ptsz@1", "cuMemAlloc_v2@1"])
+
+
+@case
+def case_fault_oom(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("fault_oom")
+    env = {"SIMCUDA_MEMORY": "4M"}
+    plain = ctx.run([prog], preload=False, env=env)
+    expect_ok(plain, "fault_oom without memtrace")
+    check(len(plain.out.ooms) == 2, f"with SIMCUDA_MEMORY=4M the program saw {len(plain.out.ooms)} out-of-memory "
+                                    f"errors, expected 2\n{plain.describe()}")
+    r, snap = traced_and_checked(ctx, [prog], env=env)
+    same_story(plain, r, "fault_oom")
+    ooms = snap.actions("oom")
+    check(len(ooms) == 2, f"{len(ooms)} oom entries in the trace, expected 2: {describe_entries(ooms)}")
+    for e, want in zip(sorted(ooms, key=lambda e: e["size"]), sorted(r.out.ooms)):
+        check(e["size"] >= want, f"oom entry size {e['size']} < request {want}")
+        check(0 <= e["device_free"] <= 4 << 20, f"oom device_free {e['device_free']} outside 0..4M")
+
+
+BAD_VALUES = [("MEMTRACE_STACK_DEPTH", "abc"), ("MEMTRACE_SUMMARY", "maybe"), ("MEMTRACE_STACKS", "bogus"),
+              ("MEMTRACE_MAX_ENTRIES", "-5"), ("MEMTRACE_DEBUG", "2x")]
+
+
+@case
+def case_config_bad_values(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    for var, value in BAD_VALUES:
+        env = {"MEMTRACE_STACKS": "none", var: value}  # (a bad MEMTRACE_STACKS falls back to native)
+        r = ctx.run([prog], env=env)
+        expect_ok(r, f"route_direct with {var}={value}")
+        warns = r.warnings()
+        check(len(warns) == 1, f"{var}={value}: expected exactly one warning line, got {len(warns)}: {warns}\n"
+                               f"{r.describe()}")
+        check(var in warns[0], f"{var}={value}: the warning does not name the variable: {warns[0]}")
+        snap = r.snapshot()
+        check_against_program(snap, r.out, exact=True, stacks=(var == "MEMTRACE_STACKS"))
+        ctx.check_snapshot_tool(snap.path)
+        print(f"  {var}={value}: {warns[0]}")
+
+
+@case
+def case_output_unwritable(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    plain = ctx.run([prog], preload=False)
+    # 1. A directory that cannot exist.
+    target = "/proc/nonexistent/x.pickle"
+    r = ctx.run([prog], output=target)
+    same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
+    warns = r.warnings()
+    check(warns, f"no warning for an unwritable MEMTRACE_OUTPUT={target}\n{r.describe()}")
+    check(any("/proc/nonexistent" in w for w in warns), f"the warning does not name the path: {warns}")
+    check(not os.path.exists(target), f"{target} exists?")
+    # 2. A path through a regular file (root can write anywhere, but not below a file).
+    d = os.path.join(ctx.tmp, "filedir")
+    os.makedirs(d)
+    blocker = os.path.join(d, "file")
+    with open(blocker, "w") as f:
+        f.write("not a directory\n")
+    target = os.path.join(blocker, "x.pickle")
+    r = ctx.run([prog], output=target)
+    same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
+    warns = r.warnings()
+    check(warns, f"no warning for MEMTRACE_OUTPUT={target}\n{r.describe()}")
+    check(any(blocker in w for w in warns), f"the warning does not name the path: {warns}")
+    check(sorted(os.listdir(d)) == ["file"], f"files left behind: {os.listdir(d)}")
+    with open(blocker) as f:
+        check(f.read() == "not a directory\n", "the blocking file was changed")
+    check(not os.listdir(r.outdir), f"files left in the run directory: {os.listdir(r.outdir)}")
+    # 3. A read-only file system path that exists (root cannot write /proc/self either).
+    target = "/proc/self/x-%p.pickle"
+    r = ctx.run([prog], output=target)
+    same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
+    check(r.warnings(), f"no warning for MEMTRACE_OUTPUT={target}\n{r.describe()}")
+
+
+@case
+def case_summary_off(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    on = ctx.run([prog])
+    expect_ok(on)
+    check(on.memtrace_lines(), f"no summary on stderr by default\n{on.describe()}")
+    off = ctx.run([prog], env={"MEMTRACE_SUMMARY": "0"})
+    expect_ok(off)
+    check("memtrace" not in off.stderr, f"MEMTRACE_SUMMARY=0 still printed:\n{off.stderr}")
+    snap = off.snapshot()
+    check_against_program(snap, off.out)
+    ctx.check_snapshot_tool(snap.path)
+
+
+# threads -------------------------------------------------------------------------------------
+
+@case
+def case_thread_stress(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("thread_stress")
+    r = ctx.run([prog])
+    expect_ok(r, "thread_stress")
+    snap = r.snapshot()
+    n_alloc, n_free = r.out.counts["alloc"], r.out.counts["free"]
+    check(n_alloc == 3000 and n_free == 3000, f"program counts: {r.out.counts}")
+    counts = {a: len(snap.actions(a)) for a in ("alloc", "segment_alloc", "free_requested", "free_completed",
+                                                 "segment_free")}
+    want = {"alloc": n_alloc, "segment_alloc": n_alloc, "free_requested": n_free, "free_completed": n_free,
+            "segment_free": n_free}
+    check(counts == want, f"trace counts {counts}, expected {want}")
+    check(not snap.segments, f"{len(snap.segments)} segments left, the program freed everything")
+    check_entry_fields(snap)
+    ctx.check_snapshot_tool(snap.path)
+
+
+@case
+def case_thread_exit(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = traced_and_checked(ctx, [ctx.program("thread_exit")], category="thread_exit")
+    check(len(snap.segments) == 3, f"expected 3 segments, got {len(snap.segments)}")
+
+
+@case
+def case_fork_child(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("fork_child")
+    outdir = os.path.join(ctx.tmp, "fork")
+    os.makedirs(outdir)
+    r = ctx.run([prog], output=os.path.join(outdir, "mt-%p.pickle"))
+    expect_ok(r, "fork_child")
+    child = ProgramOutput(r.stdout, child=True)
+    check(child.done, f"the child did not finish\n{r.describe()}")
+    check(r.out.values.get("CHILD_STATUS") == [["0"]], f"child status {r.out.values.get('CHILD_STATUS')}")
+    ppid = int(r.out.values["PID"][0][0])
+    cpid = int(child.values["PID"][0][0])
+    files = sorted(os.listdir(outdir))
+    check(files == sorted([f"mt-{ppid}.pickle", f"mt-{cpid}.pickle"]),
+          f"snapshots {files}, expected one for the parent ({ppid}) and one for the child ({cpid})")
+    parent_snap = Snapshot(os.path.join(outdir, f"mt-{ppid}.pickle"))
+    child_snap = Snapshot(os.path.join(outdir, f"mt-{cpid}.pickle"))
+    for who, snap, out in (("parent", parent_snap, r.out), ("child", child_snap, child)):
+        try:
+            check_against_program(snap, out, exact=True, category="fork_child")
+        except Failure as f:
+            fail(f"{who}'s snapshot: {f}\n{r.describe()}")
+        ctx.check_snapshot_tool(snap.path)
+    child_sizes = {e[3] for e in child.allocs("dev")}
+    parent_sizes = {e[3] for e in r.out.allocs("dev")}
+    check(not child_sizes & parent_sizes, "test design: parent and child sizes overlap")
+    got = {e["size"] for e in child_snap.actions("alloc")}
+    check(got <= child_sizes, f"the child's snapshot has allocations of sizes {got - child_sizes} it did not make")
+    got = {e["size"] for e in parent_snap.actions("alloc")}
+    check(got <= parent_sizes, f"the parent's snapshot has allocations of sizes {got - parent_sizes} it did not make")
+
+
+# glue ----------------------------------------------------------------------------------------
+
+@case
+def case_glue_dlsym(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("glue_dlsym")
+    plain = ctx.run([prog], preload=False)
+    expect_ok(plain, "glue_dlsym without memtrace")
+    r = ctx.run([prog])
+    expect_ok(r, "glue_dlsym")
+    ours = {"h:cuMemAlloc_v2", "h:cuMemCreate", "h:cuGetProcAddress", "h:cuGetProcAddress_v2"}
+    for label, (ptr, module, name) in plain.out.syms.items():
+        got = r.out.syms.get(label)
+        check(got is not None, f"no SYM {label} with memtrace")
+        if label in ours:
+            check(got[1] == "libmemtrace.so", f"dlsym {label} with memtrace: {got[2]} in {got[1]}, "
+                                              f"expected memtrace's wrapper")
+        else:
+            check((got[0] == 0) == (ptr == 0) and got[1:] == (module, name),
+                  f"dlsym {label}: without memtrace {module}:{name} ({hex(ptr)}), with memtrace "
+                  f"{got[1]}:{got[2]} ({hex(got[0])})")
+    check(r.out.syms["RTLD_DEFAULT:cudnnCreate"][0] == 0, "dlsym(RTLD_DEFAULT, cudnnCreate) is not NULL")
+    check(r.out.syms["RTLD_NEXT:malloc"][1].startswith("libc"), f"RTLD_NEXT malloc: {r.out.syms['RTLD_NEXT:malloc']}")
+    check(r.out.syms["h:cuMemAlloc"][1] == "libcuda.so.1",
+          f"legacy cuMemAlloc must stay the driver's: {r.out.syms['h:cuMemAlloc']}")
+
+
+@case
+def case_glue_chain(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("glue_chain")
+    chain = os.path.join(ctx.bindir, "libchain.so")
+    if not os.path.isfile(chain):
+        raise Skip(f"{chain} not built")
+    alone = ctx.run([prog], preload=chain)
+    expect_ok(alone, "glue_chain with libchain.so alone")
+    r = ctx.run([prog], preload=f"{ctx.preload} {chain}")
+    expect_ok(r, "glue_chain with libmemtrace.so then libchain.so")
+    chain_lines = lambda res: {v[0]: v[1] for v in res.out.values.get("CHAIN", [])}  # noqa: E731
+    got = chain_lines(r)
+    check(got.get("next_puts", "").startswith("libc"), f"libchain's dlsym(RTLD_NEXT, puts) found {got}")
+    check(got.get("next_malloc", "").startswith("libc"), f"libchain's dlsym(RTLD_NEXT, malloc) found {got}")
+    check(int(got.get("calls", "0")) >= 1, f"libchain's puts was not called: {got}")
+    check(got == chain_lines(alone), f"libchain sees {got} behind memtrace, {chain_lines(alone)} alone")
+    check("hello through the chain" in r.stdout, "puts output missing")
+
+
+@case
+def case_glue_unknown_free(ctx):
+    r, snap = basic_case(ctx, "glue_unknown_free", category="glue_unknown_free")
+    a = r.out.frees("dev")[0][2]
+    n = sum(1 for e in snap.actions("free_completed") if e["addr"] == a)
+    check(n == 1, f"{hex(a)} freed once and then again (failing): {n} free_completed entries")
+
+
+ALLOWED_EXPORT = re.compile(r"^(cu[A-Z][A-Za-z0-9_]*|nccl[A-Z][A-Za-z0-9_]*|dlsym|memtrace_[A-Za-z0-9_]+)$")
+REQUIRED_EXPORTS = ["dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2",
+                    "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+                    "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemCreate", "cuMemMap", "cuMemUnmap",
+                    "cuMemRelease", "cuMemAllocHost_v2", "cuMemHostAlloc", "cuMemFreeHost",
+                    "cuMemHostRegister_v2", "cuMemHostUnregister", "cuCtxDestroy_v2", "ncclMemAlloc", "ncclMemFree"]
+FORBIDDEN_EXPORTS = ["cuMemAlloc", "cuMemFree", "cuMemAllocPitch", "cuMemAllocHost", "cuMemGetInfo", "cuInit",
+                     "cuDeviceTotalMem", "cuCtxCreate", "cuMemHostRegister"]
+
+
+@case
+def case_export_list(ctx):
+    ctx.need_preload()
+    nm = shutil.which("nm")
+    if not nm:
+        raise Skip("nm not found")
+    p = subprocess.run([nm, "-D", "--defined-only", ctx.preload], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    check(p.returncode == 0, f"nm failed: {p.stderr}")
+    names = []
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 3:
+            names.append(f[2].split("@")[0])
+    bad = [n for n in names if not ALLOWED_EXPORT.match(n)]
+    check(not bad, f"libmemtrace.so exports names outside cu*/nccl*/dlsym/memtrace_*: {bad}")
+    check(not [n for n in names if n.startswith("cuda")], "libmemtrace.so exports runtime (cuda*) names")
+    missing = [n for n in REQUIRED_EXPORTS if n not in names]
+    check(not missing, f"libmemtrace.so does not export {missing}")
+    forbidden = [n for n in FORBIDDEN_EXPORTS if n in names]
+    check(not forbidden, f"libmemtrace.so exports legacy/unhooked driver names {forbidden}")
+    print(f"  {len(names)} exported names, all allowed")
+
+
+# the real runtime ----------------------------------------------------------------------------
+
+CUDA_LIB64 = "/usr/local/cuda/lib64"
+DEBUG_GETPROC = re.compile(r"^memtrace: debug: getproc (\S+) (\d+) (\S+) -> (\S+)\s*$")
+SIM_GETPROC = re.compile(r"^getproc (\S*) (\d+) (\S+) -> (-?\d+) (-?\d+) (\S+)\s*$")
+
+
+@case
+def case_real_runtime(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("real_runtime")
+    if not os.path.isfile(os.path.join(CUDA_LIB64, "libcudart.so.13")):
+        raise Skip(f"{CUDA_LIB64}/libcudart.so.13 not found")
+    check(not os.path.exists(os.path.join(CUDA_LIB64, "libcuda.so.1")),
+          f"{CUDA_LIB64} has a libcuda.so.1: the simulated driver would not be the one loaded")
+    lib_path = f"{CUDA_LIB64}:{ctx.sim}"
+    plain_log = os.path.join(ctx.tmp, "sim-plain.log")
+    plain = ctx.run([prog], preload=False, lib_path=lib_path, env={"SIMCUDA_LOG": plain_log})
+    # The simulation does not serve cuGetExportTable, so the runtime stops after resolving everything:
+    # cudaErrorInitializationError (3) per the design notes; 801 (cudaErrorNotSupported) when the
+    # driver's cuGetExportTable answers CUDA_ERROR_NOT_SUPPORTED. Either way: a failure, the same
+    # with and without memtrace.
+    check(plain.rc == 0 and len(plain.out.rcs) == 1 and plain.out.rcs[0][0] == "cudaMalloc"
+          and plain.out.rcs[0][1] != 0,
+          f"the real runtime on the simulated driver should fail cudaMalloc\n{plain.describe()}")
+    print(f"  cudaMalloc on the simulated driver returns {plain.out.rcs[0][1]}")
+    log = os.path.join(ctx.tmp, "sim.log")
+    r = ctx.run([prog], lib_path=lib_path, env={"SIMCUDA_LOG": log, "MEMTRACE_DEBUG": "1"})
+    same_story(plain, r, "real_runtime")
+    check(os.path.isfile(log), f"no SIMCUDA_LOG written\n{r.describe()}")
+    sim = []
+    with open(log) as f:
+        for line in f:
+            m = SIM_GETPROC.match(line)
+            if m:
+                sim.append((m.group(1), int(m.group(2)), int(m.group(3), 0), int(m.group(4)), int(m.group(5))))
+    check(len(sim) > 100, f"the simulated driver logged only {len(sim)} lookups")
+    subs = {}
+    for line in r.stderr.splitlines():
+        m = DEBUG_GETPROC.match(line)
+        if m:
+            subs[(m.group(1), int(m.group(2)), int(m.group(3), 0))] = m.group(4)
+    check("memtrace: debug: dlsym cuGetProcAddress_v2 -> wrapper" in r.stderr,
+          f"with MEMTRACE_DEBUG=1, no 'memtrace: debug: dlsym cuGetProcAddress_v2 -> wrapper' line: the runtime's "
+          f"dlsym of cuGetProcAddress_v2 was not swapped, or not logged ({len(r.memtrace_lines())} memtrace lines "
+          f"on stderr, {len(r.snapshots())} snapshots written)\n{r.describe()}")
+    self_lookups = [k for k in subs if k[0] == "cuGetProcAddress" and k[1] == 12000]
+    check(self_lookups, f"the runtime's self-lookup of cuGetProcAddress at 12000 was not substituted; "
+                        f"substitutions: {sorted(subs)[:20]}\n{r.describe()}")
+    check(all("cuGetProcAddress" in subs[k] for k in self_lookups), f"self-lookup got {[subs[k] for k in self_lookups]}")
+    check(any(k[0] == "cuGetProcAddress" and k[1] == 11030 for k in subs),
+          "the runtime's self-lookup of cuGetProcAddress at 11030 was not substituted")
+    # Every memory entry point the runtime obtained from the driver was handed memtrace's wrapper.
+    memory = {"cuMemAlloc", "cuMemFree", "cuMemAllocPitch", "cuMemAllocManaged", "cuMemAllocAsync",
+              "cuMemFreeAsync", "cuMemAllocFromPoolAsync", "cuMemHostAlloc", "cuMemFreeHost", "cuMemHostRegister",
+              "cuMemHostUnregister", "cuMemAllocHost"}
+    looked_up = [s for s in sim if s[0] in memory and s[3] == 0 and s[4] == 0]
+    check({"cuMemAlloc", "cuMemFree", "cuMemAllocAsync"} <= {s[0] for s in looked_up},
+          f"the runtime did not look up the basic memory functions: {sorted({s[0] for s in looked_up})}")
+    missing = [s for s in looked_up if (s[0], s[1], s[2]) not in subs]
+    check(not missing, f"memory entry points the runtime got without memtrace's wrapper: {missing[:12]}")
+    ptsz = [(s, subs[(s[0], s[1], s[2])]) for s in looked_up if s[2] & 2 and s[0].endswith("Async")]
+    check(ptsz, "the runtime made no per-thread (flags 2) lookups of the stream-ordered functions")
+    for s, w in ptsz:
+        check(w.endswith("_ptsz"), f"{s[0]}@{s[1]} flags {s[2]} (per-thread) was given {w}")
+    print(f"  {len(sim)} lookups by the real runtime, {len(subs)} substituted; memory ones: "
+          f"{sorted({(s[0], s[2]) for s in looked_up})}")
+    snaps = r.snapshots()
+    if snaps:
+        ctx.check_snapshot_tool(snaps[0])
+
+
+# the command-line tool -----------------------------------------------------------------------
+
+def run_cli(ctx, args, env=None, timeout=20):
+    return ctx.run([ctx.cli] + args, preload=False, env=env, lib_path="", timeout=timeout)
+
+
+@case
+def case_cli_usage(ctx):
+    ctx.need_cli()
+    r = run_cli(ctx, ["--help"])
+    check(r.rc == 0 and "run" in r.stdout and "usage" in r.stdout, f"memtrace --help\n{r.describe()}")
+    r = run_cli(ctx, ["--version"])
+    check(r.rc == 0 and re.match(r"^memtrace \d+\.\d+\.\d+\s*$", r.stdout), f"memtrace --version\n{r.describe()}")
+    r = run_cli(ctx, ["run", "--help"])
+    check(r.rc == 0 and "--sim" in r.stdout and "--no-summary" in r.stdout, f"memtrace run --help\n{r.describe()}")
+    r = run_cli(ctx, ["help", "run"])
+    check(r.rc == 0 and "--sim" in r.stdout, f"memtrace help run\n{r.describe()}")
+    for args in (["frobnicate"], [], ["--bogus"], ["run"], ["run", "--stacks", "all", "--", "true"],
+                 ["run", "--frob", "--", "true"], ["run", "-o"]):
+        r = run_cli(ctx, args)
+        check(r.rc == 2, f"memtrace {' '.join(args)}: exit status {r.rc}, expected 2\n{r.describe()}")
+        check("usage" in r.stderr and not r.stdout, f"memtrace {' '.join(args)}: usage not on stderr\n{r.describe()}")
+
+
+ENV_DUMP = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
+            "('LD_PRELOAD', 'LD_LIBRARY_PATH', 'MEMTRACE_OUTPUT', 'MEMTRACE_SUMMARY', 'MEMTRACE_STACKS', "
+            "'MEMTRACE_DEBUG')}))")
+
+
+def fake_prefix(ctx):
+    """A copy of bin/memtrace in a prefix whose lib/libmemtrace.so is a harmless stand-in."""
+    chain = os.path.join(ctx.bindir, "libchain.so")
+    if not os.path.isfile(chain):
+        raise Skip(f"{chain} not built")
+    prefix = os.path.join(ctx.tmp, "prefix")
+    os.makedirs(os.path.join(prefix, "bin"))
+    os.makedirs(os.path.join(prefix, "lib", "memtrace", "sim"))
+    shutil.copy2(ctx.cli, os.path.join(prefix, "bin", "memtrace"))
+    shutil.copy2(chain, os.path.join(prefix, "lib", "libmemtrace.so"))
+    open(os.path.join(prefix, "lib", "memtrace", "sim", "libcuda.so.1"), "w").close()
+    return prefix, chain
+
+
+@case
+def case_cli_run_env(ctx):
+    import json
+    ctx.need_cli()
+    prefix, chain = fake_prefix(ctx)
+    tool = os.path.join(prefix, "bin", "memtrace")
+    lib = os.path.join(prefix, "lib", "libmemtrace.so")
+    sim = os.path.join(prefix, "lib", "memtrace", "sim")
+    py = [sys.executable, "-c", ENV_DUMP]
+
+    def env_of(args, env=None):
+        r = ctx.run([tool] + args + py, preload=False, lib_path="/old/lib", env=env)
+        check(r.rc == 0, f"memtrace {' '.join(args)}\n{r.describe()}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    got = env_of(["run", "--"])
+    check(got["LD_PRELOAD"] == lib, f"LD_PRELOAD={got['LD_PRELOAD']}, expected {lib}")
+    check(got["LD_LIBRARY_PATH"] == "/old/lib", f"without --sim LD_LIBRARY_PATH changed: {got['LD_LIBRARY_PATH']}")
+    for k in ("MEMTRACE_OUTPUT", "MEMTRACE_SUMMARY", "MEMTRACE_STACKS"):
+        check(got[k] is None, f"{k} set without its option: {got[k]}")
+    got = env_of(["run", "--sim", "-o", "/tmp/x-%p.pickle", "--no-summary", "--stacks", "none", "--"],
+                 env={"LD_PRELOAD": chain, "MEMTRACE_DEBUG": "1"})
+    check(got["LD_PRELOAD"] == f"{lib}:{chain}", f"LD_PRELOAD={got['LD_PRELOAD']}, expected {lib}:{chain}")
+    check(got["LD_LIBRARY_PATH"] == f"{sim}:/old/lib", f"LD_LIBRARY_PATH={got['LD_LIBRARY_PATH']}")
+    check(got["MEMTRACE_OUTPUT"] == "/tmp/x-%p.pickle", f"MEMTRACE_OUTPUT={got['MEMTRACE_OUTPUT']}")
+    check(got["MEMTRACE_SUMMARY"] == "0", f"MEMTRACE_SUMMARY={got['MEMTRACE_SUMMARY']}")
+    check(got["MEMTRACE_STACKS"] == "none", f"MEMTRACE_STACKS={got['MEMTRACE_STACKS']}")
+    check(got["MEMTRACE_DEBUG"] == "1", "other MEMTRACE_* variables must pass through")
+    got = env_of(["run", "--output=/tmp/y.pickle", "--stacks=native"], env={"LD_PRELOAD": f"{lib} {chain}"})
+    check(got["LD_PRELOAD"] == f"{lib}:{chain}", f"LD_PRELOAD={got['LD_PRELOAD']} (duplicate not removed?)")
+    check(got["MEMTRACE_OUTPUT"] == "/tmp/y.pickle" and got["MEMTRACE_STACKS"] == "native", f"{got}")
+    # A prefix without the library: an error, not a run without memtrace.
+    os.unlink(lib)
+    r = ctx.run([tool, "run", "--"] + py, preload=False)
+    check(r.rc == 127 and "libmemtrace.so" in r.stderr and not r.stdout, f"missing library\n{r.describe()}")
+
+
+@case
+def case_cli_exit_status(ctx):
+    ctx.need_cli()
+    prefix, _ = fake_prefix(ctx)
+    tool = os.path.join(prefix, "bin", "memtrace")
+    r = ctx.run([tool, "run", "--", "sh", "-c", "exit 7"], preload=False)
+    check(r.rc == 7, f"exit status {r.rc}, expected 7\n{r.describe()}")
+    r = ctx.run([tool, "run", "--", "sh", "-c", "kill -TERM $$"], preload=False)
+    check(r.rc == -15, f"a program killed by SIGTERM: status {r.rc}, expected -15 (memtrace must exec)\n{r.describe()}")
+    r = ctx.run([tool, "run", "--", "/nonexistent/program", "x"], preload=False)
+    check(r.rc == 127 and "/nonexistent/program" in r.stderr, f"exec failure\n{r.describe()}")
+    r = ctx.run([tool, "run", "sh", "-c", "echo $0 $1", "first", "second"], preload=False)
+    check(r.rc == 0 and r.stdout.strip() == "first second", f"arguments without --\n{r.describe()}")
+
+
+# examples ------------------------------------------------------------------------------------
+
+def run_example(ctx, name, env=None, sim_libs=("libcuda.so.1", "libcudart.so.13")):
+    ctx.need_preload()
+    ctx.need_cli()
+    ctx.need_sim(*sim_libs)
+    exe = os.path.join(ctx.examples, name)
+    if not os.path.isfile(exe):
+        raise Skip(f"example {exe} not built")
+    outdir = os.path.join(ctx.tmp, f"example-{name}")
+    os.makedirs(outdir)
+    r = ctx.run([ctx.cli, "run", "--sim", "-o", os.path.join(outdir, "%e-%p.pickle"), "--", exe],
+                preload=False, lib_path="", env=env)
+    check(r.rc == 0, f"example {name} failed\n{r.describe()}")
+    files = os.listdir(outdir)
+    check(len(files) == 1 and files[0].startswith(name + "-"), f"snapshots {files} (expected {name}-<pid>.pickle)")
+    snap = Snapshot(os.path.join(outdir, files[0]))
+    check_entry_fields(snap)
+    ctx.check_snapshot_tool(snap.path)
+    return r, snap
+
+
+@case
+def case_example_leak(ctx):
+    r, snap = run_example(ctx, "leak")
+    sizes = sorted(s["total_size"] for s in snap.segments)
+    check(sizes == [1 << 20, 8 << 20], f"leak: segments of {sizes}, expected the two leaks [1 MiB, 8 MiB]")
+    summary = r.summary()
+    check(summary, f"no summary on stderr\n{r.describe()}")
+    check(re.search(r"leak|live|still", summary, re.I), f"the summary does not mention live memory:\n{summary}")
+    check(re.search(r"9\.0 ?Mi?B|9437184|9,437,184|9 ?MiB", summary),
+          f"the summary does not show the 9 MiB still allocated:\n{summary}")
+
+
+@case
+def case_example_runtime_loop(ctx):
+    r, snap = run_example(ctx, "runtime_loop")
+    check(not snap.segments, f"runtime_loop frees everything; segments: {len(snap.segments)}")
+    check(len(snap.actions("alloc")) == 13, f"{len(snap.actions('alloc'))} alloc entries, expected 12 + 1 async")
+    ht = snap.host_entries()
+    check(any(e.get("action") == "alloc" and e.get("size") == 4 << 20 for e in ht),
+          f"the pinned staging buffer is not in host_traces: {describe_entries(ht)}")
+    check(not snap.host_segments(), "pinned memory left in host_segments")
+
+
+@case
+def case_example_vmm(ctx):
+    r, snap = run_example(ctx, "vmm", sim_libs=("libcuda.so.1",))
+    check(not snap.segments, "vmm unmaps everything")
+    m = re.search(r"mapped (\d+) bytes at (0x[0-9a-f]+)", r.stdout)
+    check(m, f"no 'mapped' line\n{r.describe()}")
+    size, addr = int(m.group(1)), int(m.group(2), 16)
+    check(any(e["addr"] == addr and e["size"] == size for e in snap.actions("alloc")),
+          f"no alloc entry for the mapping: {describe_entries(snap.actions('alloc'))}")
+    check(any(e["addr"] == addr for e in snap.actions("free_completed")), "the mapping's free is missing")
+
+
+@case
+def case_example_nccl_allreduce(ctx):
+    r, snap = run_example(ctx, "nccl_allreduce", env={"SIMCUDA_DEVICES": "2"},
+                          sim_libs=("libcuda.so.1", "libcudart.so.13", "libnccl.so.2"))
+    check("2 device(s)" in r.stdout, f"expected two simulated devices\n{r.describe()}")
+    check(not snap.segments, f"nccl_allreduce frees everything; segments: "
+                             f"{[(hex(s['address']), s['total_size']) for s in snap.segments]}")
+    check(any(e.get("category") == "nccl" for e in snap.actions("alloc")), "no allocation with category 'nccl'")
+
+
+@case
+def case_example_pytorch(ctx):
+    script = os.path.join(ctx.source, "examples", "pytorch_example.py")
+    r = ctx.run([sys.executable, script], preload=False, lib_path="", timeout=300)
+    check(r.rc == 0, f"pytorch_example.py\n{r.describe()}")
+    try:
+        import importlib.util
+        have_torch = importlib.util.find_spec("torch") is not None
+    except Exception:  # noqa: BLE001
+        have_torch = False
+    if not have_torch:
+        check(r.stdout.strip() == "torch not installed", f"without torch: {r.stdout!r}")
+
+
+# --------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--build-dir", default=os.path.join(here, "..", "..", "build"))
+    ap.add_argument("--source-dir", default=os.path.join(here, "..", ".."))
+    ap.add_argument("--list", action="store_true", help="list the cases")
+    ap.add_argument("case", nargs="?")
+    args = ap.parse_args()
+    if args.list or not args.case:
+        print("\n".join(CASES))
+        return 0
+    fn = CASES.get(args.case)
+    if fn is None:
+        print(f"unknown case {args.case!r}; known: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    ctx = Context(args.build_dir, args.source_dir, os.environ.get("MEMTRACE_TEST_KEEP") == "1")
+    failed = False
+    t0 = time.monotonic()
+    try:
+        fn(ctx)
+        status = 0
+        if ctx.checker_missing:
+            print(f"SKIP: {args.case}: own checks passed, but {ctx.checker} does not exist yet")
+            status = SKIP
+        else:
+            print(f"PASS: {args.case} ({ctx.runs} runs, {time.monotonic() - t0:.2f}s)")
+        return status
+    except Skip as s:
+        print(f"SKIP: {args.case}: {s}")
+        return SKIP
+    except Failure as f:
+        failed = True
+        print(f"FAIL: {args.case}: {f}")
+        return 1
+    finally:
+        ctx.cleanup(failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

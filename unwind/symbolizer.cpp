@@ -1,0 +1,342 @@
+// Address -> frames with elfutils libdwfl over this process's own mappings.
+//
+// Names: the ELF symbol table (dwfl_module_addrinfo prefers .symtab, so static functions of
+// a program built without -rdynamic have names), demangled. Source lines and inlined frames:
+// DWARF, when the module (or its separate debug file, found by build id or .gnu_debuglink)
+// has it. Never asks debuginfod: a profiler must not reach the network while writing.
+#include "unwind/symbolizer.hpp"
+
+#include <cxxabi.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "unwind/module_map.hpp"
+
+namespace memtrace::unwind {
+
+namespace {
+
+std::string demangle(const char* name) {
+  if (name == nullptr) return {};
+  if (name[0] == '_' && name[1] == 'Z') {
+    int status = 0;
+    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    if (d != nullptr && status == 0) {
+      std::string s(d);
+      std::free(d);
+      return s;
+    }
+    std::free(d);
+  }
+  return name;
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string_view base_name(std::string_view p) {
+  size_t s = p.rfind('/');
+  return s == std::string_view::npos ? p : p.substr(s + 1);
+}
+
+// A DIE's function name: the linkage name demangled (qualified, with parameters) when
+// there is one, else DW_AT_name; both looked up through abstract origins/specifications.
+std::string die_function_name(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  const char* name = nullptr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
+      dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr) != nullptr)
+    name = dwarf_formstring(&attr);
+  if (name == nullptr && dwarf_attr_integrate(die, DW_AT_name, &attr) != nullptr)
+    name = dwarf_formstring(&attr);
+  return demangle(name);
+}
+
+// Where an inlined instance was called from: DW_AT_call_file (an index into its unit's
+// file table) and DW_AT_call_line.
+void call_site(Dwarf_Die* inlined, std::string& file, int& line) {
+  file.clear();
+  line = 0;
+  Dwarf_Attribute attr;
+  Dwarf_Word v = 0;
+  if (dwarf_formudata(dwarf_attr(inlined, DW_AT_call_line, &attr), &v) == 0)
+    line = static_cast<int>(v);
+  if (dwarf_formudata(dwarf_attr(inlined, DW_AT_call_file, &attr), &v) == 0) {
+    Dwarf_Die cu;
+    Dwarf_Files* files = nullptr;
+    size_t nfiles = 0;
+    if (dwarf_diecu(inlined, &cu, nullptr, nullptr) != nullptr &&
+        dwarf_getsrcfiles(&cu, &files, &nfiles) == 0 && v < nfiles) {
+      if (const char* f = dwarf_filesrc(files, v, nullptr, nullptr)) file = f;
+    }
+  }
+}
+
+bool same_file(const char* a, const char* b) {
+  struct stat sa, sb;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// find_debuginfo callback: build-id directories first (what distributions install), then
+// the .gnu_debuglink places GDB also looks in. A debuglink candidate must carry the same
+// build id as the module when the module has one. Unlike dwfl_standard_find_debuginfo,
+// this never falls back to debuginfod.
+int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
+                   const char* file_name, const char* debuglink_file, GElf_Word debuglink_crc,
+                   char** debuginfo_file_name) {
+  int fd = dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
+                                        debuglink_crc, debuginfo_file_name);
+  if (fd >= 0 || debuglink_file == nullptr || file_name == nullptr || file_name[0] != '/')
+    return fd;
+  const unsigned char* want = nullptr;
+  GElf_Addr vaddr = 0;
+  int want_len = dwfl_module_build_id(mod, &want, &vaddr);
+  std::string_view path(file_name);
+  std::string dir(path.substr(0, path.rfind('/')));
+  const std::string candidates[] = {dir + "/" + debuglink_file, dir + "/.debug/" + debuglink_file,
+                                    "/usr/lib/debug" + dir + "/" + debuglink_file};
+  for (const std::string& c : candidates) {
+    if (same_file(c.c_str(), file_name)) continue;
+    int cfd = open(c.c_str(), O_RDONLY | O_CLOEXEC);
+    if (cfd < 0) continue;
+    bool ok = true;
+    if (want_len > 0) {
+      ok = false;
+      if (Elf* elf = elf_begin(cfd, ELF_C_READ_MMAP, nullptr)) {
+        const void* got = nullptr;
+        ssize_t got_len = dwelf_elf_gnu_build_id(elf, &got);
+        ok = got_len == want_len && std::memcmp(got, want, static_cast<size_t>(want_len)) == 0;
+        elf_end(elf);
+      }
+    }
+    if (ok) {
+      if (debuginfo_file_name != nullptr) *debuginfo_file_name = strdup(c.c_str());
+      return cfd;
+    }
+    close(cfd);
+  }
+  return -1;
+}
+
+}  // namespace
+
+struct Symbolizer::Impl {
+  Dwfl_Callbacks callbacks{};
+  char* debuginfo_path = nullptr;  // null: libdwfl's default search path
+  Dwfl* dwfl = nullptr;
+  std::deque<ModuleInfo> modules;  // a deque: module_of() hands out views of paths
+  std::unordered_map<uintptr_t, std::vector<SymFrame>> cache;
+  uint64_t generation = 0;
+
+  Impl() {
+    callbacks.find_elf = dwfl_linux_proc_find_elf;
+    callbacks.find_debuginfo = find_debuginfo;
+    callbacks.debuginfo_path = &debuginfo_path;
+    dwfl = dwfl_begin(&callbacks);
+    if (dwfl != nullptr) report();
+  }
+  ~Impl() {
+    if (dwfl != nullptr) dwfl_end(dwfl);
+  }
+
+  // (Re)reads the dynamic loader's list. Only loaded objects are reported, with their
+  // PT_LOAD spans: not data files the program maps (nor libelf's own mappings of the files
+  // it reads for us), which /proc/self/maps would also show. Modules still loaded keep their
+  // Dwfl_Module (and its ELF/DWARF); new ones get a ModuleInfo through the userdata slot.
+  void report() {
+    generation = loader_generation();
+    char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
+    std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
+    dwfl_report_begin(dwfl);
+    for (const LoadedObject& o : loaded_objects()) {
+      if (o.path == "[vdso]") {
+        dwfl_report_module(dwfl, vdso_name, o.start, o.end);
+      } else if (o.path[0] == '/') {
+        dwfl_report_module(dwfl, o.path.c_str(), o.start, o.end);
+      }
+    }
+    dwfl_report_end(dwfl, nullptr, nullptr);
+    dwfl_getmodules(
+        dwfl,
+        [](Dwfl_Module* mod, void** userdata, const char* name, Dwarf_Addr start,
+           void* arg) -> int {
+          if (*userdata == nullptr) {
+            auto* self = static_cast<Impl*>(arg);
+            ModuleInfo info;
+            info.path = name != nullptr ? name : "";
+            if (info.path.starts_with("[vdso")) info.path = "[vdso]";
+            Dwarf_Addr low = 0, high = 0;
+            dwfl_module_info(mod, nullptr, &low, &high, nullptr, nullptr, nullptr, nullptr);
+            info.start = low;
+            info.end = high;
+            GElf_Addr bias = 0;
+            if (dwfl_module_getelf(mod, &bias) != nullptr) {
+              info.bias = bias;
+              const unsigned char* bits = nullptr;
+              GElf_Addr vaddr = 0;
+              int len = dwfl_module_build_id(mod, &bits, &vaddr);
+              for (int i = 0; i < len; ++i) {
+                char b[3];
+                std::snprintf(b, sizeof b, "%02x", bits[i]);
+                info.build_id += b;
+              }
+            } else {
+              info.bias = low;
+            }
+            self->modules.push_back(std::move(info));
+            *userdata = &self->modules.back();
+          }
+          return DWARF_CB_OK;
+        },
+        this, 0);
+  }
+
+  // The module holding addr; re-reads the loader's list once if it changed since.
+  Dwfl_Module* module_at(uintptr_t addr) {
+    if (dwfl == nullptr) return nullptr;
+    Dwfl_Module* mod = dwfl_addrmodule(dwfl, addr);
+    if (mod == nullptr && loader_generation() != generation) {
+      report();
+      mod = dwfl_addrmodule(dwfl, addr);
+    }
+    return mod;
+  }
+
+  static ModuleInfo* info_of(Dwfl_Module* mod) {
+    void** userdata = nullptr;
+    dwfl_module_info(mod, &userdata, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    return userdata != nullptr ? static_cast<ModuleInfo*>(*userdata) : nullptr;
+  }
+
+  std::vector<SymFrame> symbolize(uintptr_t ret) {
+    std::vector<SymFrame> out;
+    // A return address points after the call; the call itself is one byte earlier.
+    const uintptr_t pc = ret > 0 ? ret - 1 : 0;
+    Dwfl_Module* mod = module_at(pc);
+    if (mod == nullptr) {
+      out.push_back({"[unknown]+" + hex(ret), "", 0});
+      return out;
+    }
+    ModuleInfo* info = info_of(mod);
+
+    // ELF symbol (the real, out-of-line function).
+    std::string elf_name;
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    const char* name = dwfl_module_addrinfo(mod, pc, &offset, &sym, nullptr, nullptr, nullptr);
+    if (name != nullptr && name[0] != '\0' && (sym.st_size == 0 || offset < sym.st_size)) {
+      // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
+      std::string raw(name, std::strcspn(name, "@"));
+      elf_name = demangle(raw.c_str());
+    }
+
+    // Source line at pc, when a compilation unit covers it (a line table alone would answer
+    // for code without debug info, such as _start, with the nearest row below).
+    std::string file;
+    int line = 0;
+    Dwarf_Addr bias = 0;
+    Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
+    if (cudie != nullptr && dwarf_haspc(cudie, pc - bias) <= 0) cudie = nullptr;
+    Dwfl_Line* l = cudie != nullptr ? dwfl_module_getsrc(mod, pc) : nullptr;
+    if (l != nullptr) {
+      Dwarf_Addr line_bias = 0;
+      if (Dwarf_Line* dl = dwfl_dwarf_line(l, &line_bias)) {
+        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = src;
+        dwarf_lineno(dl, &line);
+      }
+    }
+
+    // Inlined frames: the DIE nesting around the innermost scope at pc.
+    bool have_function = false;
+    if (cudie != nullptr) {
+      Dwarf_Die* scopes = nullptr;
+      int n = dwarf_getscopes(cudie, pc - bias, &scopes);
+      if (n > 0) {
+        Dwarf_Die innermost = scopes[0];
+        std::free(scopes);
+        scopes = nullptr;
+        n = dwarf_getscopes_die(&innermost, &scopes);
+        for (int i = 0; i < n; ++i) {
+          Dwarf_Die* d = &scopes[i];
+          int tag = dwarf_tag(d);
+          if (tag == DW_TAG_inlined_subroutine) {
+            out.push_back({die_function_name(d), file, line});
+            call_site(d, file, line);
+          } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
+            std::string fn = elf_name.empty() ? die_function_name(d) : elf_name;
+            if (!fn.empty()) {
+              out.push_back({std::move(fn), file, line});
+              have_function = true;
+            }
+            break;
+          }
+        }
+      }
+      std::free(scopes);
+    }
+    if (!have_function) {
+      std::string fn = elf_name;
+      if (fn.empty()) {
+        std::string_view mod_path = info != nullptr ? std::string_view(info->path) : "";
+        uintptr_t base = info != nullptr ? info->bias : 0;
+        fn = std::string(base_name(mod_path)) + "+" + hex(ret - base);
+      }
+      out.push_back({std::move(fn), file, line});
+    }
+    return out;
+  }
+};
+
+Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
+Symbolizer::~Symbolizer() = default;
+
+const std::vector<SymFrame>& Symbolizer::frames(uintptr_t return_address) {
+  auto it = impl_->cache.find(return_address);
+  if (it != impl_->cache.end()) return it->second;
+  return impl_->cache.emplace(return_address, impl_->symbolize(return_address)).first->second;
+}
+
+std::string_view Symbolizer::module_of(uintptr_t address) {
+  Dwfl_Module* mod = impl_->module_at(address);
+  if (mod == nullptr) return {};
+  if (ModuleInfo* info = Impl::info_of(mod)) return info->path;
+  return {};
+}
+
+std::vector<ModuleInfo> Symbolizer::modules() const {
+  return {impl_->modules.begin(), impl_->modules.end()};
+}
+
+namespace {
+void self_anchor() {}
+}  // namespace
+
+std::string_view self_module() {
+  // Found the way the module maps name objects, so it compares equal to module_of() and
+  // ModuleMap::path_of() of memtrace's own addresses.
+  static const std::string path = [] {
+    const uintptr_t self = reinterpret_cast<uintptr_t>(&self_anchor);
+    for (const LoadedObject& o : loaded_objects())
+      for (const auto& [s, e] : o.segments)
+        if (self >= s && self < e) return o.path;
+    return std::string();
+  }();
+  return path;
+}
+
+}  // namespace memtrace::unwind
