@@ -1,0 +1,163 @@
+#include "output/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace memtrace::output {
+
+namespace {
+
+void set_error(std::string* error, std::string_view what, const std::string& path, int err) {
+  if (!error) return;
+  try {
+    *error = fmt::format("cannot {} '{}': {}", what, path, std::strerror(err));
+  } catch (...) {
+  }
+}
+
+bool is_directory(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::atomic<unsigned> g_counter{0};
+
+}  // namespace
+
+bool make_directories(const std::string& dir, std::string* error) {
+  try {
+    if (dir.empty() || is_directory(dir)) return true;
+    std::string cur;
+    size_t i = 0;
+    while (i <= dir.size()) {
+      size_t slash = dir.find('/', i);
+      if (slash == std::string::npos) slash = dir.size();
+      cur.assign(dir, 0, slash);
+      i = slash + 1;
+      if (cur.empty() || cur.back() == '/') continue;  // leading or doubled slash
+      if (::mkdir(cur.c_str(), 0700) == 0) continue;
+      int err = errno;
+      if (err == EEXIST) {
+        if (is_directory(cur)) continue;
+        err = ENOTDIR;
+      } else if (is_directory(cur)) {
+        continue;  // e.g. EACCES on an existing directory we only pass through
+      }
+      set_error(error, "create directory", cur, err);
+      return false;
+    }
+    return true;
+  } catch (...) {
+    set_error(error, "create directory", dir, ENOMEM);
+    return false;
+  }
+}
+
+bool write_file_atomically(const std::string& path, std::string_view bytes, std::string* error) {
+  std::string tmp;
+  int fd = -1;
+  try {
+    if (path.empty()) {
+      set_error(error, "write", path, ENOENT);
+      return false;
+    }
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash);
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (base.empty() || base == "." || base == "..") {
+      set_error(error, "write", path, EISDIR);
+      return false;
+    }
+    // Under a file size limit, writing past it raises SIGXFSZ (which kills by default): refuse first.
+    struct rlimit rl;
+    if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && bytes.size() > rl.rlim_cur) {
+      set_error(error, "write", path, EFBIG);
+      return false;
+    }
+    if (!make_directories(dir, error)) return false;
+
+    // A hidden temporary name beside the target, so that rename() stays within one file system.
+    std::string stem = base.size() > 200 ? base.substr(0, 200) : base;
+    for (int attempt = 0; attempt < 64 && fd < 0; ++attempt) {
+      struct timespec ts;
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      tmp = fmt::format("{}/.{}.tmp.{}.{}.{:x}", dir, stem, ::getpid(),
+                        g_counter.fetch_add(1, std::memory_order_relaxed), static_cast<unsigned>(ts.tv_nsec));
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+      int err = errno;
+      set_error(error, "create a file in", dir, err);
+      return false;
+    }
+
+    const char* p = bytes.data();
+    size_t left = bytes.size();
+    while (left > 0) {
+      size_t chunk = left < (size_t{1} << 30) ? left : (size_t{1} << 30);
+      ssize_t n = ::write(fd, p, chunk);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        set_error(error, "write", path, err);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return false;
+      }
+      if (n == 0) {
+        set_error(error, "write", path, ENOSPC);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return false;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+      int err = errno;
+      set_error(error, "write", path, err);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    // close() can report a deferred write error (network file systems).
+    if (::close(fd) != 0 && errno != EINTR) {
+      int err = errno;
+      fd = -1;
+      set_error(error, "write", path, err);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    fd = -1;
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      int err = errno;
+      set_error(error, "replace", path, err);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    // Make the rename itself durable; best effort.
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+    return true;
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    if (!tmp.empty()) ::unlink(tmp.c_str());
+    set_error(error, "write", path, ENOMEM);
+    return false;
+  }
+}
+
+}  // namespace memtrace::output

@@ -1,0 +1,45 @@
+// The one call the preload makes to write a snapshot: symbolize, build, write atomically, and
+// print the summary. It runs inside someone else's process (often at exit): it never throws, and a
+// failure to write costs exactly one line on stderr ("memtrace: warning: snapshot not written: ...").
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/records.hpp"
+#include "output/frame_source.hpp"
+#include "output/output_path.hpp"
+
+namespace memtrace::unwind {
+class StackTable;
+}
+
+namespace memtrace::output {
+
+struct DumpRequest {
+  std::string path_template;  // MEMTRACE_OUTPUT; empty: no snapshot (the summary says so)
+  uint64_t sequence = 0;      // %n
+  bool print_summary = true;
+  bool include_frames = true;
+  std::string reason;  // "exit", "signal", "oom", ... (stored in the snapshot's metadata)
+};
+
+struct DumpReport {
+  bool written = false;
+  std::string path;   // expanded path (also when writing failed)
+  std::string error;  // one line; empty when written or when no snapshot was asked for
+  size_t bytes = 0;
+  double seconds = 0;  // symbolize + build + write
+};
+
+// Constructs a Symbolizer over the current process, then dump_with_source().
+DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stacks, const DumpRequest& request);
+
+// The same with the frames and the process facts supplied by the caller (tests, other front ends).
+// If the frame source throws while the snapshot is built, it is built again without frames.
+DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const DumpRequest& request,
+                            const PathContext& context, const std::string& exe_path,
+                            std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now());
+
+}  // namespace memtrace::output

@@ -1,0 +1,210 @@
+#include "output/pickle_writer.hpp"
+
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+
+namespace memtrace::output {
+
+PickleWriter::PickleWriter(size_t initial_capacity) {
+  if (initial_capacity < 64) initial_capacity = 64;
+  buf_ = static_cast<uint8_t*>(std::malloc(initial_capacity));
+  if (!buf_) throw std::bad_alloc();
+  cap_ = initial_capacity;
+}
+
+PickleWriter::~PickleWriter() { std::free(buf_); }
+
+void PickleWriter::clear() {
+  len_ = 0;
+  memo_next_ = 0;
+  depth_ = 0;
+}
+
+void PickleWriter::grow(size_t n) {
+  size_t want = cap_ * 2;
+  if (want < len_ + n) want = len_ + n;
+  void* p = std::realloc(buf_, want);
+  if (!p) {
+    // Doubling may be too greedy near the end of memory: try the exact need once.
+    want = len_ + n;
+    p = std::realloc(buf_, want);
+    if (!p) throw std::bad_alloc();
+  }
+  buf_ = static_cast<uint8_t*>(p);
+  cap_ = want;
+}
+
+void PickleWriter::open(bool dict, uint8_t opcode) {
+  if (depth_ >= kMaxDepth) throw std::length_error("pickle nesting too deep");
+  levels_[depth_].pending = 0;
+  levels_[depth_].dict = dict;
+  ++depth_;
+  put1(opcode);
+}
+
+void PickleWriter::close(bool dict) {
+  if (depth_ <= 0 || levels_[depth_ - 1].dict != dict) throw std::logic_error("unbalanced pickle containers");
+  --depth_;
+  if (levels_[depth_].pending) put1(dict ? 'u' : 'e');  // SETITEMS / APPENDS
+}
+
+void PickleWriter::begin_list() { open(false, ']'); }
+void PickleWriter::end_list() { close(false); }
+void PickleWriter::begin_dict() { open(true, '}'); }
+void PickleWriter::end_dict() { close(true); }
+
+void PickleWriter::long1(int64_t v) {
+  // Smallest n with -2^(8n-1) <= v < 2^(8n-1): Python's encode_long gives the same bytes.
+  int n = 1;
+  while (n < 8) {
+    int64_t lim = int64_t{1} << (8 * n - 1);
+    if (v >= -lim && v < lim) break;
+    ++n;
+  }
+  ensure(2 + static_cast<size_t>(n));
+  uint8_t* p = end_ptr();
+  p[0] = 0x8a;
+  p[1] = static_cast<uint8_t>(n);
+  uint64_t u = static_cast<uint64_t>(v);
+  for (int i = 0; i < n; ++i) p[2 + i] = static_cast<uint8_t>(u >> (8 * i));
+  len_ += 2 + static_cast<size_t>(n);
+}
+
+void PickleWriter::float64(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof(u));
+  ensure(9);
+  uint8_t* p = end_ptr();
+  p[0] = 'G';
+  for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<uint8_t>(u >> (8 * (7 - i)));
+  len_ += 9;
+}
+
+void PickleWriter::str(std::string_view s) {
+  // BINUNICODE carries a 32-bit length; nothing memtrace writes comes near it.
+  constexpr size_t kMaxString = size_t{1} << 30;
+  if (s.size() > kMaxString) s = s.substr(0, kMaxString);
+  bool valid = true;
+  size_t n = utf8_sanitized_size(s, &valid);
+  uint8_t* p;
+  if (n < 256) {
+    ensure(2 + n);
+    p = end_ptr();
+    p[0] = 0x8c;
+    p[1] = static_cast<uint8_t>(n);
+    p += 2;
+    len_ += 2;
+  } else {
+    ensure(5 + n);
+    p = end_ptr();
+    p[0] = 'X';
+    p[1] = static_cast<uint8_t>(n);
+    p[2] = static_cast<uint8_t>(n >> 8);
+    p[3] = static_cast<uint8_t>(n >> 16);
+    p[4] = static_cast<uint8_t>(n >> 24);
+    p += 5;
+    len_ += 5;
+  }
+  if (valid) {
+    if (n) std::memcpy(p, s.data(), n);
+  } else {
+    utf8_sanitize_into(s, reinterpret_cast<char*>(p));
+  }
+  len_ += n;
+}
+
+namespace {
+
+// One decoding step at p (avail > 0 bytes). Returns the bytes consumed; *ok tells whether they
+// form a valid scalar value. An invalid step consumes the maximal prefix of a well-formed
+// sequence (at least one byte), per the Unicode "maximal subpart" practice.
+inline size_t utf8_step(const unsigned char* p, size_t avail, bool* ok) {
+  unsigned c = p[0];
+  if (c < 0x80) {
+    *ok = true;
+    return 1;
+  }
+  unsigned need, lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c == 0xE0) {
+    need = 2;
+    lo = 0xA0;
+  } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+    need = 2;
+  } else if (c == 0xED) {
+    need = 2;
+    hi = 0x9F;  // no UTF-16 surrogates
+  } else if (c == 0xF0) {
+    need = 3;
+    lo = 0x90;
+  } else if (c >= 0xF1 && c <= 0xF3) {
+    need = 3;
+  } else if (c == 0xF4) {
+    need = 3;
+    hi = 0x8F;
+  } else {
+    *ok = false;
+    return 1;
+  }
+  if (avail < 2 || p[1] < lo || p[1] > hi) {
+    *ok = false;
+    return 1;
+  }
+  size_t i = 2;
+  for (; i <= need; ++i) {
+    if (i >= avail || (p[i] & 0xC0) != 0x80) {
+      *ok = false;
+      return i;
+    }
+  }
+  *ok = true;
+  return need + 1;
+}
+
+}  // namespace
+
+size_t utf8_sanitized_size(std::string_view s, bool* valid) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0, out = 0;
+  bool all = true;
+  while (i < n) {
+    if (p[i] < 0x80) {  // ASCII run
+      ++i;
+      ++out;
+      continue;
+    }
+    bool ok;
+    size_t k = utf8_step(p + i, n - i, &ok);
+    if (ok) {
+      out += k;
+    } else {
+      out += 3;
+      all = false;
+    }
+    i += k;
+  }
+  *valid = all;
+  return out;
+}
+
+void utf8_sanitize_into(std::string_view s, char* out) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    bool ok;
+    size_t k = utf8_step(p + i, n - i, &ok);
+    if (ok) {
+      std::memcpy(out, p + i, k);
+      out += k;
+    } else {
+      *out++ = static_cast<char>(0xEF);
+      *out++ = static_cast<char>(0xBF);
+      *out++ = static_cast<char>(0xBD);
+    }
+    i += k;
+  }
+}
+
+}  // namespace memtrace::output

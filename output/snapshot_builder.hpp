@@ -1,0 +1,63 @@
+// StateCopy -> the dict PyTorch's memory viewer and _memory_viz.py read (snapshot-format.md §1),
+// pickled straight into a PickleWriter.
+//
+// Shape written:
+//   segments       one segment per live device AllocRecord (Device, Managed, Async, VmmMapping on a
+//                  device 0..63), holding exactly one 'active_allocated' block; sorted by (device,
+//                  address).
+//   device_traces  one list per device index 0..N-1 (N >= 1 and covers every device used), oldest
+//                  entry first. Every entry carries `category` = owner of its stack.
+//   allocator_settings  PyTorch's defaults, plus trace_alloc_max_entries / trace_alloc_overflowed and
+//                  a nested 'memtrace' dict (see below).
+//   external_annotations  [].
+//   host_segments / host_traces  only when pinned host memory was seen (see snapshot_builder.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/records.hpp"
+#include "output/frame_source.hpp"
+#include "output/pickle_writer.hpp"
+
+namespace memtrace::output {
+
+// Facts about the process and the dump, stored under allocator_settings['memtrace'].
+struct SnapshotMeta {
+  std::string version;  // memtrace version; defaults to the build's
+  int64_t pid = 0;
+  std::string exe;     // executable path
+  std::string host;    // host name
+  std::string rank;    // distributed rank ("" if none)
+  uint64_t sequence = 0;  // dump number within this process
+  std::string reason;     // why the dump happened: "exit", "signal", "oom", ...
+};
+
+struct BuildOptions {
+  bool include_frames = true;  // false: frames lists are empty and trace entries carry none
+  SnapshotMeta meta;
+};
+
+struct BuildStats {
+  size_t device_segments = 0;
+  size_t host_segments = 0;
+  size_t device_entries = 0;  // written into device_traces (repairs and marker included)
+  size_t host_entries = 0;
+  size_t device_lists = 0;
+  size_t distinct_stacks = 0;  // stack ids resolved
+  size_t frame_lists = 0;      // distinct frame lists written (shared by memo after that)
+  size_t frame_dicts = 0;      // distinct frame dicts written
+  size_t repaired_frees = 0;   // half free pairs completed (see snapshot_builder.cpp)
+  bool unknown_marker = false;  // the 'snapshot' entry with category 'unknown' was added
+};
+
+// Writes a whole pickle (PROTO ... STOP) into w, which should be empty.
+// Throws only what allocation throws.
+void build_snapshot(const StateCopy& state, FrameSource& frames, const BuildOptions& options, PickleWriter& w,
+                    BuildStats* stats = nullptr);
+
+// True when a live record belongs in host_segments (and its entries in host_traces): pinned or
+// registered host memory, or memory not tied to a device index 0..kMaxDevices-1.
+bool is_host_side(MemKind kind, int device);
+
+}  // namespace memtrace::output

@@ -1,0 +1,135 @@
+#include "output/summary.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace memtrace::output {
+
+std::string human_bytes(uint64_t n) {
+  constexpr double kKi = 1024.0;
+  if (n < 1024) return fmt::format("{} B", n);
+  double v = static_cast<double>(n);
+  if (v < kKi * kKi) return fmt::format("{:.1f} KiB", v / kKi);
+  if (v < kKi * kKi * kKi) return fmt::format("{:.1f} MiB", v / (kKi * kKi));
+  if (v < kKi * kKi * kKi * kKi) return fmt::format("{:.2f} GiB", v / (kKi * kKi * kKi));
+  return fmt::format("{:.2f} TiB", v / (kKi * kKi * kKi * kKi));
+}
+
+namespace {
+template <typename... A>
+void put_line(std::string& out, fmt::format_string<A...> f, A&&... a) {
+  fmt::format_to(std::back_inserter(out), f, std::forward<A>(a)...);
+  out.push_back('\n');
+}
+}  // namespace
+
+std::string format_summary(const StateCopy& s, FrameSource& owners, const SummaryInfo& info) {
+  std::string out;
+
+  if (info.program.empty())
+    put_line(out, "memtrace: summary (pid {})", info.pid);
+  else
+    put_line(out, "memtrace: summary of {} (pid {})", info.program, info.pid);
+
+  // Device and host totals.
+  bool any_device = false;
+  int ndev = std::clamp(s.device_count, 0, kMaxDevices);
+  for (int d = 0; d < ndev; ++d) {
+    const UsageStats& u = s.device[d];
+    if (u.allocations == 0 && u.peak == 0 && u.current == 0) continue;
+    any_device = true;
+    put_line(out, "  device {}: current {}, peak {}, {} allocation{}", d, human_bytes(u.current), human_bytes(u.peak),
+         u.allocations, u.allocations == 1 ? "" : "s");
+  }
+  if (!any_device) put_line(out, "  device memory: none seen");
+  if (s.host.allocations || s.host.peak || s.host.current)
+    put_line(out, "  host pinned: current {}, peak {}, {} allocation{}", human_bytes(s.host.current), human_bytes(s.host.peak),
+         s.host.allocations, s.host.allocations == 1 ? "" : "s");
+
+  if (!s.handles.empty()) {
+    uint64_t dev = 0, host = 0;
+    for (const HandleRecord& h : s.handles) (h.host ? host : dev) += h.size;
+    std::string where = human_bytes(dev) + " on devices";
+    if (host) where += ", " + human_bytes(host) + " on the host";
+    put_line(out, "  VMM physical memory still alive: {} handle{}, {}", s.handles.size(), s.handles.size() == 1 ? "" : "s",
+         where);
+  }
+
+  // Live allocations grouped by owner, largest first.
+  struct Group {
+    std::string owner;
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<Group> groups;
+  std::unordered_map<std::string, size_t> by_name;
+  std::unordered_map<uint32_t, size_t> by_stack;
+  uint64_t live_bytes = 0;
+  for (const AllocRecord& r : s.live) {
+    size_t gi;
+    auto it = by_stack.find(r.stack_id);
+    if (it != by_stack.end()) {
+      gi = it->second;
+    } else {
+      std::string o = r.stack_id ? owners.owner(r.stack_id) : std::string("unknown");
+      if (o.empty()) o = "unknown";
+      auto nt = by_name.find(o);
+      if (nt == by_name.end()) {
+        gi = groups.size();
+        by_name.emplace(o, gi);
+        groups.push_back(Group{o, 0, 0});
+      } else {
+        gi = nt->second;
+      }
+      by_stack.emplace(r.stack_id, gi);
+    }
+    groups[gi].count += 1;
+    groups[gi].bytes += r.size;
+    live_bytes += r.size;
+  }
+  if (s.live.empty()) {
+    put_line(out, "  live at exit: nothing");
+  } else {
+    put_line(out, "  live at exit: {} allocation{}, {}", s.live.size(), s.live.size() == 1 ? "" : "s", human_bytes(live_bytes));
+    std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      return a.owner < b.owner;
+    });
+    size_t rows = std::min(groups.size(), std::max<size_t>(info.max_owner_rows, 1));
+    if (rows + 1 == groups.size()) rows = groups.size();  // no "1 more owner" line
+    size_t width = 5;
+    for (size_t i = 0; i < rows; ++i) width = std::max(width, std::min<size_t>(groups[i].owner.size(), 32));
+    for (size_t i = 0; i < rows; ++i)
+      put_line(out, "    {:<{}}  {:>7}  {:>10}", groups[i].owner.substr(0, 32), width, groups[i].count,
+           human_bytes(groups[i].bytes));
+    if (rows < groups.size()) {
+      uint64_t c = 0, b = 0;
+      for (size_t i = rows; i < groups.size(); ++i) {
+        c += groups[i].count;
+        b += groups[i].bytes;
+      }
+      put_line(out, "    {:<{}}  {:>7}  {:>10}", fmt::format("({} more)", groups.size() - rows), width, c, human_bytes(b));
+    }
+  }
+
+  // History.
+  if (s.ring_capacity == 0 && s.trace.empty())
+    put_line(out, "  history: not kept (MEMTRACE_MAX_ENTRIES=0)");
+  else
+    put_line(out, "  history: {} event{} kept, {} dropped (ring holds {})", s.trace.size(), s.trace.size() == 1 ? "" : "s",
+         s.dropped_entries, s.ring_capacity);
+  if (s.unknown_frees) put_line(out, "  frees of pointers memtrace never saw allocated: {}", s.unknown_frees);
+
+  // Where the snapshot went.
+  if (info.written)
+    put_line(out, "  snapshot: {} ({}, {:.2f} s)", info.path, human_bytes(info.bytes), info.seconds);
+  else
+    put_line(out, "  snapshot: not written ({})", info.why_not.empty() ? std::string("no reason given") : info.why_not);
+  return out;
+}
+
+}  // namespace memtrace::output

@@ -1,0 +1,29 @@
+// One screen of text for stderr at the end of a run.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/records.hpp"
+#include "output/frame_source.hpp"
+
+namespace memtrace::output {
+
+struct SummaryInfo {
+  std::string program;  // shown in the header (executable path or name)
+  int64_t pid = 0;
+  bool written = false;
+  std::string path;   // snapshot path when written
+  std::string why_not;  // reason it was not written (error, or "disabled")
+  size_t bytes = 0;   // snapshot size
+  double seconds = 0;
+  size_t max_owner_rows = 8;  // owners listed before "others"
+};
+
+// "512 B", "1.5 KiB", "3.0 MiB", "2.00 GiB", "1.25 TiB".
+std::string human_bytes(uint64_t n);
+
+// Every line ends with '\n'; the first starts with "memtrace: ". owners resolves stack ids to
+// owner names (NullFrameSource: all "unknown").
+std::string format_summary(const StateCopy& state, FrameSource& owners, const SummaryInfo& info);
+
+}  // namespace memtrace::output

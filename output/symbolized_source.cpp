@@ -1,0 +1,87 @@
+// Everything in output/ that calls into unwind/: the symbolized frame source and dump_snapshot().
+// Tests that fake their frames do not pull this file in, so they link without the unwinder.
+#include <exception>
+#include <memory>
+
+#include "core/log.hpp"
+#include "output/dump.hpp"
+#include "output/frame_source.hpp"
+#include "unwind/owner.hpp"
+#include "unwind/stack_table.hpp"
+#include "unwind/symbolizer.hpp"
+
+namespace memtrace::output {
+
+SymbolizedFrameSource::SymbolizedFrameSource(const unwind::StackTable& table, unwind::Symbolizer& sym,
+                                             std::string exe_path)
+    : table_(table), sym_(sym), exe_(std::move(exe_path)), self_(unwind::self_module()) {}
+
+std::string_view SymbolizedFrameSource::intern(std::string_view s) {
+  auto it = strings_.find(std::string(s));
+  if (it == strings_.end()) it = strings_.emplace(s).first;
+  return *it;
+}
+
+void SymbolizedFrameSource::frames(uint32_t stack_id, std::vector<FrameRef>* out) {
+  if (stack_id == 0) return;
+  for (uintptr_t pc : table_.get(stack_id)) {
+    std::string_view module = sym_.module_of(pc);
+    if (!self_.empty() && module == self_) continue;  // memtrace's own frames never show
+    std::string_view module_name;
+    bool module_interned = false;
+    // The symbolizer keeps its frame vectors for its lifetime, so their strings can be viewed.
+    for (const unwind::SymFrame& f : sym_.frames(pc)) {
+      FrameRef r;
+      if (!f.file.empty()) {
+        r.filename = f.file;
+      } else {
+        if (!module_interned) {
+          module_name = intern(module.empty() ? std::string_view("??") : module);
+          module_interned = true;
+        }
+        r.filename = module_name;
+      }
+      r.name = f.function;
+      r.line = f.line;
+      out->push_back(r);
+    }
+  }
+}
+
+std::string SymbolizedFrameSource::owner(uint32_t stack_id) {
+  if (stack_id == 0) return "unknown";
+  auto pcs = table_.get(stack_id);
+  if (pcs.empty()) return "unknown";
+  std::string o = unwind::owner_of_stack(pcs, sym_, exe_);
+  return o.empty() ? std::string("unknown") : o;
+}
+
+DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stacks, const DumpRequest& request) {
+  auto start = std::chrono::steady_clock::now();
+  try {
+    PathContext ctx = path_context_from_process(request.sequence);
+    std::string exe = executable_path();
+    std::unique_ptr<unwind::Symbolizer> sym;
+    try {
+      sym = std::make_unique<unwind::Symbolizer>();
+    } catch (const std::exception& e) {
+      log::debug("symbolizer unavailable ({}); writing without frames", e.what());
+    } catch (...) {
+      log::debug("symbolizer unavailable; writing without frames");
+    }
+    if (sym) {
+      SymbolizedFrameSource src(stacks, *sym, exe);
+      return dump_with_source(state, src, request, ctx, exe, start);
+    }
+    NullFrameSource none;
+    return dump_with_source(state, none, request, ctx, exe, start);
+  } catch (...) {
+    // dump_with_source does not throw; this guards the set-up above (allocation failures).
+    DumpReport rep;
+    rep.error = "cannot write the snapshot: out of memory";
+    log::warn("snapshot not written: {}", rep.error);
+    return rep;
+  }
+}
+
+}  // namespace memtrace::output

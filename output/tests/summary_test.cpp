@@ -1,0 +1,115 @@
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "fake_source.hpp"
+#include "output/summary.hpp"
+
+using namespace memtrace;
+using namespace memtrace::output;
+namespace t = memtrace::output::test;
+
+TEST_CASE("human units", "[summary]") {
+  CHECK(human_bytes(0) == "0 B");
+  CHECK(human_bytes(1023) == "1023 B");
+  CHECK(human_bytes(1024) == "1.0 KiB");
+  CHECK(human_bytes(1536) == "1.5 KiB");
+  CHECK(human_bytes(3u << 20) == "3.0 MiB");
+  CHECK(human_bytes(uint64_t{5} << 30) == "5.00 GiB");
+  CHECK(human_bytes((uint64_t{5} << 40) + (uint64_t{1} << 38)) == "5.25 TiB");
+}
+
+namespace {
+AllocRecord rec(uint64_t addr, uint64_t size, uint32_t stack, int dev = 0, MemKind kind = MemKind::Device) {
+  AllocRecord r;
+  r.addr = addr;
+  r.size = size;
+  r.requested = size;
+  r.stack_id = stack;
+  r.device = static_cast<int16_t>(dev);
+  r.kind = kind;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("summary lists devices, host, VMM, owners, history and the path", "[summary]") {
+  t::FakeFrameSource src;
+  src.set(1, {{"a.py", "f", 1}}, "torch");
+  src.set(2, {{"b.cc", "g", 2}}, "nccl");
+  StateCopy s;
+  s.device_count = 2;
+  s.device[0] = UsageStats{3u << 20, 8u << 20, 12};
+  s.device[1] = UsageStats{1024, 2048, 1};
+  s.host = UsageStats{4096, 65536, 3};
+  s.live = {rec(0x1000, 2u << 20, 1), rec(0x2000, 1u << 20, 2), rec(0x3000, 1024, 1, 1),
+            rec(0x555500000000, 4096, 0, -1, MemKind::HostPinned)};
+  HandleRecord h;
+  h.size = 2u << 20;
+  s.handles.push_back(h);
+  s.trace.resize(10);
+  s.dropped_entries = 90;
+  s.ring_capacity = 10;
+  s.unknown_frees = 2;
+  SummaryInfo info;
+  info.program = "/usr/bin/app";
+  info.pid = 77;
+  info.written = true;
+  info.path = "/tmp/memtrace-77.pickle";
+  info.bytes = 123456;
+  info.seconds = 0.25;
+  std::string text = format_summary(s, src, info);
+  INFO(text);
+  CHECK(text.rfind("memtrace: summary of /usr/bin/app (pid 77)\n", 0) == 0);
+  CHECK(text.find("  device 0: current 3.0 MiB, peak 8.0 MiB, 12 allocations\n") != std::string::npos);
+  CHECK(text.find("  device 1: current 1.0 KiB, peak 2.0 KiB, 1 allocation\n") != std::string::npos);
+  CHECK(text.find("  host pinned: current 4.0 KiB, peak 64.0 KiB, 3 allocations\n") != std::string::npos);
+  CHECK(text.find("  VMM physical memory still alive: 1 handle, 2.0 MiB on devices\n") != std::string::npos);
+  CHECK(text.find("  live at exit: 4 allocations, 3.0 MiB\n") != std::string::npos);
+  // largest owner first
+  size_t torch = text.find("    torch  ");
+  size_t nccl = text.find("    nccl   ");
+  size_t unknown = text.find("    unknown");
+  CHECK(torch != std::string::npos);
+  CHECK(nccl != std::string::npos);
+  CHECK(unknown != std::string::npos);
+  CHECK(torch < nccl);
+  CHECK(nccl < unknown);
+  CHECK(text.find("2.0 MiB\n", torch) < nccl);
+  CHECK(text.find("  history: 10 events kept, 90 dropped (ring holds 10)\n") != std::string::npos);
+  CHECK(text.find("  frees of pointers memtrace never saw allocated: 2\n") != std::string::npos);
+  CHECK(text.find("  snapshot: /tmp/memtrace-77.pickle (120.6 KiB, 0.25 s)\n") != std::string::npos);
+  CHECK(text.back() == '\n');
+  int lines = 0;
+  for (char c : text) lines += c == '\n';
+  CHECK(lines <= 24);  // one screen
+}
+
+TEST_CASE("summary of an empty run and of a failed write", "[summary]") {
+  NullFrameSource none;
+  StateCopy s;
+  SummaryInfo info;
+  info.pid = 1;
+  info.why_not = "see the warning above";
+  std::string text = format_summary(s, none, info);
+  INFO(text);
+  CHECK(text.find("memtrace: summary (pid 1)\n") == 0);
+  CHECK(text.find("  device memory: none seen\n") != std::string::npos);
+  CHECK(text.find("  live at exit: nothing\n") != std::string::npos);
+  CHECK(text.find("  history: not kept") != std::string::npos);
+  CHECK(text.find("  snapshot: not written (see the warning above)\n") != std::string::npos);
+}
+
+TEST_CASE("many owners fold into one line", "[summary]") {
+  t::FakeFrameSource src;
+  StateCopy s;
+  for (uint32_t i = 1; i <= 20; ++i) {
+    src.set(i, {}, "lib" + std::to_string(i));
+    s.live.push_back(rec(0x1000 * i, 1000 * i, i));
+  }
+  SummaryInfo info;
+  info.max_owner_rows = 5;
+  std::string text = format_summary(s, src, info);
+  INFO(text);
+  CHECK(text.find("lib20") != std::string::npos);
+  CHECK(text.find("lib15") == std::string::npos);
+  CHECK(text.find("(15 more)") != std::string::npos);
+}
