@@ -139,7 +139,18 @@ Config parse_config(GetEnvFn getenv_fn) {
       }
       mask |= 1u << static_cast<int>(a);
     }
-    if (ok)
+    // Segment entries carry the only record of a segment's size: without them a snapshot
+    // cannot satisfy the viewer's rules, so they are never skipped.
+    constexpr uint32_t kSegmentMask = (1u << static_cast<int>(Action::SegmentAlloc)) |
+                                      (1u << static_cast<int>(Action::SegmentFree)) |
+                                      (1u << static_cast<int>(Action::SegmentMap)) |
+                                      (1u << static_cast<int>(Action::SegmentUnmap));
+    if (ok && (mask & kSegmentMask)) {
+      log::warn("MEMTRACE_SKIP_ACTIONS='{}': segment actions are always recorded (the viewer needs them); "
+                "skipping the others only",
+                v);
+      c.skip_actions = mask & ~kSegmentMask;
+    } else if (ok)
       c.skip_actions = mask;
     else
       log::warn("MEMTRACE_SKIP_ACTIONS='{}' names an unknown action (known: alloc, free_requested, "

@@ -34,7 +34,11 @@
 //
 // * Sharing. Frame dicts, frame lists (including the empty one), file names, notes, categories,
 //   dict keys and constant values are memoized and referred back with BINGET/LONG_BINGET; trace
-//   entries, blocks and segments never are (the viewer mutates them in place, §2.5 c).
+//   entries, blocks and segments never are (the viewer mutates them in place, §2.5 c). To keep the
+//   frequent references 2-byte BINGETs (memo index < 256), device_traces is written before
+//   segments and `frames` is the last key of a trace entry: the first entry memoizes every entry
+//   key before the first frame. (Key and top-level order mean nothing to any reader.) Measured:
+//   about 60 bytes per trace entry.
 #include "output/snapshot_builder.hpp"
 
 #include <algorithm>

@@ -1,16 +1,16 @@
 // StateCopy -> the dict PyTorch's memory viewer and _memory_viz.py read (snapshot-format.md §1),
 // pickled straight into a PickleWriter.
 //
-// Shape written:
+// Shape written (in this order):
+//   device_traces  one list per device index 0..N-1 (N >= 1 and covers every device used), oldest
+//                  entry first. Every entry carries `category` = owner of its stack.
 //   segments       one segment per live device AllocRecord (Device, Managed, Async, VmmMapping on a
 //                  device 0..63), holding exactly one 'active_allocated' block; sorted by (device,
 //                  address).
-//   device_traces  one list per device index 0..N-1 (N >= 1 and covers every device used), oldest
-//                  entry first. Every entry carries `category` = owner of its stack.
-//   allocator_settings  PyTorch's defaults, plus trace_alloc_max_entries / trace_alloc_overflowed and
-//                  a nested 'memtrace' dict (see below).
-//   external_annotations  [].
 //   host_segments / host_traces  only when pinned host memory was seen (see snapshot_builder.cpp).
+//   allocator_settings  PyTorch's defaults, plus trace_alloc_max_entries / trace_alloc_overflowed and
+//                  a nested 'memtrace' dict of metadata (see snapshot_builder.cpp).
+//   external_annotations  [].
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -91,3 +91,13 @@ TEST_CASE("sizes with suffixes") {
   CHECK_FALSE(parse_size_bytes("", &v));
   CHECK_FALSE(parse_size_bytes("-1", &v));
 }
+
+TEST_CASE("segment actions cannot be skipped") {
+  g_env = {{"MEMTRACE_SKIP_ACTIONS", "segment_alloc,alloc"}};
+  StderrCapture cap;
+  Config c = parse_config(&fake_getenv);
+  std::string out = cap.text();
+  CHECK(out.find("MEMTRACE_SKIP_ACTIONS") != std::string::npos);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  CHECK(c.skip_actions == (1u << int(Action::Alloc)));
+}

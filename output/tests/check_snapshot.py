@@ -402,6 +402,10 @@ class Checker:
         except Exception as e:
             self.bad(f'pickle.loads failed: {e}')
             return None
+        return self.check_object(snap, expect)
+
+    def check_object(self, snap, expect=None):
+        """Every check except the opcode walk, on an already loaded snapshot."""
         if not isinstance(snap, dict):
             self.bad('top level is not a dict')
             return None

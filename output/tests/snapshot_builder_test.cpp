@@ -455,3 +455,11 @@ TEST_CASE("long traces are batched and a 2500-entry list loads", "[builder]") {
   CHECK(check(file, R"({"entries": 6251, "actions": {"alloc": 1250, "free_completed": 1250}})", &out) == 0);
   INFO(out);
 }
+
+TEST_CASE("the checker reports broken snapshots", "[builder][checker]") {
+  std::string dir = t::checker().substr(0, t::checker().rfind('/'));
+  std::string out;
+  int rc = t::run(t::python() + " '" + dir + "/checker_selftest.py' '" + dir + "'", &out);
+  INFO(out);
+  CHECK(rc == 0);
+}

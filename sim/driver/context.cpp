@@ -71,7 +71,7 @@ CUresult create(CUcontext* pctx, unsigned flags, CUdevice dev) {
 CUresult destroy(CUcontext ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ctx_valid(ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
-  ctx->alive.store(false);
+  if (!ctx->alive.exchange(false)) return CUDA_ERROR_INVALID_CONTEXT;  // lost a race with another destroy
   teardown(ctx, false);
   // Popped from this thread only; other threads keep a tombstone, as documented.
   int kept = 0;

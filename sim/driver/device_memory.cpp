@@ -4,7 +4,8 @@
 // its first allocation. Device pointers are host addresses inside it, so the program (and a
 // test) can read and write device memory directly; 2 MiB chunks are made accessible while an
 // allocation covers them and are discarded and re-protected when the last one goes, so a
-// simulated 16 GiB device costs only the memory actually allocated and stale pointers fault.
+// simulated 16 GiB device costs only the memory actually allocated, and a stale pointer into
+// a chunk with nothing left in it faults.
 #include <sys/mman.h>
 
 #include "internal.h"
@@ -44,7 +45,11 @@ bool Arena::reserve(uint64_t size, uint64_t fixed_hint) {
 std::optional<uint64_t> Arena::take(uint64_t size, uint64_t align) {
   std::optional<uint64_t> off = ranges_.allocate(size, align);
   if (!off) return std::nullopt;
-  set_chunks(base_ + *off, size, +1);
+  if (!set_chunks(base_ + *off, size, +1)) {  // e.g. vm.max_map_count reached: report OOM
+    set_chunks(base_ + *off, size, -1);
+    ranges_.release(*off, size);
+    return std::nullopt;
+  }
   return base_ + *off;
 }
 
@@ -53,15 +58,17 @@ void Arena::give(uint64_t addr, uint64_t size) {
   ranges_.release(addr - base_, size);
 }
 
-// Runs of chunks changing state are handled with one system call each.
-void Arena::set_chunks(uint64_t addr, uint64_t size, int delta) {
+// Runs of chunks changing state are handled with one system call each. False if making a
+// run accessible failed; the reference counts are updated regardless, for the caller's undo.
+bool Arena::set_chunks(uint64_t addr, uint64_t size, int delta) {
+  bool ok = true;
   const uint64_t first = (addr - base_) / kGranularity;
   const uint64_t last = (addr - base_ + size - 1) / kGranularity;
   auto flush = [&](uint64_t run_start, uint64_t run_end) {
     void* p = reinterpret_cast<void*>(base_ + run_start * kGranularity);
     size_t len = (run_end - run_start) * kGranularity;
     if (delta > 0) {
-      ::mprotect(p, len, PROT_READ | PROT_WRITE);
+      if (::mprotect(p, len, PROT_READ | PROT_WRITE) != 0) ok = false;
     } else {
       ::madvise(p, len, MADV_DONTNEED);
       ::mprotect(p, len, PROT_NONE);
@@ -77,6 +84,7 @@ void Arena::set_chunks(uint64_t addr, uint64_t size, int delta) {
     }
   }
   if (run_start != UINT64_MAX) flush(run_start, last + 1);
+  return ok;
 }
 
 namespace {

@@ -90,7 +90,7 @@ class RangeAllocator {
 
 // ---- device_memory.cpp ----------------------------------------------------------------------
 // A PROT_NONE reservation whose 2 MiB chunks become readable/writable only while some
-// allocation covers them, so untouched capacity costs no RAM and stale pointers fault.
+// allocation covers them, so untouched capacity costs no RAM. Not locked: owners lock.
 class Arena {
  public:
   bool reserve(uint64_t size, uint64_t fixed_hint);
@@ -101,7 +101,7 @@ class Arena {
   bool contains(uint64_t p) const { return p >= base_ && p - base_ < size_; }
 
  private:
-  void set_chunks(uint64_t addr, uint64_t size, int delta);
+  bool set_chunks(uint64_t addr, uint64_t size, int delta);
   uint64_t base_ = 0;
   uint64_t size_ = 0;
   RangeAllocator ranges_;

@@ -67,12 +67,19 @@ void drain_ctx(CUctx_st* c) {
   for (CUstream_st* raw : c->streams) drain_all(*raw);
 }
 
+// Waiting on the legacy stream is waiting for a marker placed in it, and such a marker is
+// ordered after all earlier work of the context's blocking streams.
+void wait_point(const StreamPtr& s) {
+  if (s->type == CUstream_st::Type::Legacy) enqueue(s, [](CUstream_st&) {});
+}
+
 CUresult synchronize(CUstream h, bool ptsz) {
   StreamPtr s;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
   CUresult err;
   {
     std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+    wait_point(s);
     drain_all(*s);
     err = stream_take_error(*s);
   }
@@ -84,6 +91,7 @@ CUresult query(CUstream h, bool ptsz) {
   StreamPtr s;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  wait_point(s);
   drain_all(*s);
   return stream_take_error(*s);
 }

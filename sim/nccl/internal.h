@@ -28,7 +28,7 @@
   extern "C" __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__);   \
   extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
 
-namespace SIMCUDA_HIDDEN simnccl {
+namespace simnccl SIMCUDA_HIDDEN {
 
 // ---- driver.cpp: NCCL's pfn_ table ----------------------------------------------------------
 #define SIMNCCL_DRIVER_FUNCTIONS(X)                                         \
@@ -150,7 +150,7 @@ struct ncclComm {
   bool finalized = false;
 };
 
-namespace SIMCUDA_HIDDEN simnccl {
+namespace simnccl SIMCUDA_HIDDEN {
 
 bool valid_comm(const ncclComm* comm);
 

@@ -9,7 +9,7 @@
 // Public runtime functions: default visibility; the version script gives them the libcudart.so.13 node.
 #define CUDART_EXPORT extern "C" __attribute__((visibility("default")))
 
-namespace SIMCUDA_HIDDEN simcudart {
+namespace simcudart SIMCUDA_HIDDEN {
 
 using simcuda_resolve::DriverTable;
 

@@ -182,7 +182,7 @@ inline void* libc_dlsym(void* handle, const char* name) {
 
 extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) {
   void* r = getproc_spy::libc_dlsym(handle, name);
-  if (!name || !r) return r;
+  if (!r) return r;
   getproc_spy::State& s = getproc_spy::state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.dlsym_names.emplace_back(name);

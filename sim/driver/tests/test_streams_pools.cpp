@@ -43,6 +43,11 @@ TEST_CASE("async work runs only at synchronisation points", "[streams]") {
   CU_OK(cuMemcpyDtoH(host, p, 16));
   CHECK(host[0] == 0xcd);
 
+  // Synchronising the NULL stream waits for the blocking streams too.
+  CU_OK(cuMemsetD8Async(p, 0xce, 1, blocking));
+  CU_OK(cuStreamSynchronize(nullptr));
+  CHECK(byte_at(p) == 0xce);
+
   // Legacy-stream work waits for earlier blocking-stream work; a later blocking-stream op
   // waits for the legacy stream.
   CU_OK(cuMemsetD8Async(p, 1, 1, blocking));

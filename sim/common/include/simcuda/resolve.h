@@ -11,7 +11,7 @@
 
 #define SIMCUDA_HIDDEN __attribute__((visibility("hidden")))
 
-namespace SIMCUDA_HIDDEN simcuda_resolve {
+namespace simcuda_resolve SIMCUDA_HIDDEN {
 
 // Typed driver pointers, filled once by ensure_initialized(). A symbol the driver lacks holds a stub that
 // returns CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, so callers never test for NULL.
