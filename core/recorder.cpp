@@ -184,7 +184,7 @@ bool Recorder::handle_info(uint64_t handle, HandleRecord* out) {
   return true;
 }
 
-void Recorder::purge_context(uint64_t ctx) {
+void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
   if (ctx == 0) return;
   uint64_t t = now_us();
   for (Shard& s : shards_) {
@@ -194,7 +194,7 @@ void Recorder::purge_context(uint64_t ctx) {
       // Collect in small batches: taking while iterating would reshuffle the table.
       int n = 0;
       s.live.for_each([&](uint64_t, const AllocRecord& r) {
-        if (r.ctx == ctx && n < 64) victims[n++] = r;
+        if (r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && n < 64) victims[n++] = r;
       });
       if (n == 0) break;
       for (int i = 0; i < n; ++i) s.live.take(victims[i].addr, nullptr);
@@ -204,19 +204,6 @@ void Recorder::purge_context(uint64_t ctx) {
       }
       for (int i = 0; i < n; ++i) account(victims[i], -1);
     }
-  }
-  HandleRecord dead[64];
-  for (;;) {
-    int n = 0;
-    {
-      SpinGuard g(handle_lock_);
-      handles_.for_each([&](uint64_t, const HandleRecord& h) {
-        if (h.ctx == ctx && n < 64) dead[n++] = h;
-      });
-      for (int i = 0; i < n; ++i) handles_.take(dead[i].handle, nullptr);
-    }
-    if (n == 0) break;
-    for (int i = 0; i < n; ++i) account_bytes(dead[i].host, dead[i].device, -static_cast<int64_t>(dead[i].size));
   }
 }
 

@@ -44,8 +44,11 @@ class Recorder {
   void handle_ref(uint64_t handle, int delta);
   bool handle_info(uint64_t handle, HandleRecord* out);
 
-  // Context teardown frees every allocation of that context: emit frees for all of them.
-  void purge_context(uint64_t ctx);
+  // Context teardown frees the context's allocations of the kinds in kind_mask (bit per
+  // MemKind): emit frees for them. VMM physical memory and pool allocations belong to no
+  // context and survive it; the caller chooses.
+  void purge_context(uint64_t ctx, uint32_t kind_mask);
+  static constexpr uint32_t kind_bit(MemKind k) { return 1u << static_cast<int>(k); }
 
   StateCopy copy_state();
   // In a forked child: the child owns no device memory.

@@ -32,9 +32,17 @@ bool primary_still_active(CUdevice dev) {
   return active != 0;
 }
 
-void purge(Session* s, CUcontext ctx) {
+// What a context owns (cuda.h, cuCtxDestroy): its linear, managed and pinned host memory.
+// VMM physical memory and stream-ordered pool memory belong to no context and survive it,
+// except that a primary context reset also drops the device's pool allocations.
+constexpr uint32_t kContextKinds =
+    Recorder::kind_bit(MemKind::Device) | Recorder::kind_bit(MemKind::Managed) |
+    Recorder::kind_bit(MemKind::HostPinned) | Recorder::kind_bit(MemKind::HostRegistered);
+constexpr uint32_t kResetKinds = kContextKinds | Recorder::kind_bit(MemKind::Async);
+
+void purge(Session* s, CUcontext ctx, uint32_t kinds) {
   if (!s || !ctx) return;
-  s->recorder.purge_context(reinterpret_cast<uint64_t>(ctx));
+  s->recorder.purge_context(reinterpret_cast<uint64_t>(ctx), kinds);
   invalidate_context_cache();
 }
 
@@ -45,7 +53,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
   CUresult r = real(ctx);
-  if (r == CUDA_SUCCESS) purge(scope.session(), ctx);
+  if (r == CUDA_SUCCESS) purge(scope.session(), ctx, kContextKinds);
   return r;
 }
 
@@ -55,7 +63,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice 
   HookScope scope;
   CUcontext ctx = scope.session() ? primary_context_of(dev) : nullptr;
   CUresult r = real(dev);
-  if (r == CUDA_SUCCESS) purge(scope.session(), ctx);
+  if (r == CUDA_SUCCESS) purge(scope.session(), ctx, kResetKinds);
   return r;
 }
 
@@ -65,6 +73,6 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevic
   HookScope scope;
   CUcontext ctx = scope.session() ? primary_context_of(dev) : nullptr;
   CUresult r = real(dev);
-  if (r == CUDA_SUCCESS && ctx && !primary_still_active(dev)) purge(scope.session(), ctx);
+  if (r == CUDA_SUCCESS && ctx && !primary_still_active(dev)) purge(scope.session(), ctx, kContextKinds);
   return r;
 }

@@ -108,11 +108,12 @@ TEST_CASE("VMM physical memory lives until the last reference") {
   CHECK(c.handles.empty());
 }
 
-TEST_CASE("context purge frees that context's records and handles only") {
+TEST_CASE("context purge frees that context's records of the chosen kinds only") {
   Recorder r;
   r.configure(100, 0);
   r.record_alloc(rec(0x1000, 512, 0, MemKind::Device, 1));
   r.record_alloc(rec(0x2000, 512, 0, MemKind::Device, 2));
+  r.record_alloc(rec(0x3000, 1024, 0, MemKind::Async, 1));
   for (int i = 0; i < 200; ++i) r.record_alloc(rec(0x100000 + i * 4096, 64, 0, MemKind::Device, 1));
   HandleRecord h;
   h.handle = 5;
@@ -120,12 +121,13 @@ TEST_CASE("context purge frees that context's records and handles only") {
   h.refs = 1;
   h.ctx = 1;
   r.handle_created(h);
-  r.purge_context(1);
+  r.purge_context(1, Recorder::kind_bit(MemKind::Device));
   StateCopy c = r.copy_state();
-  REQUIRE(c.live.size() == 1);
+  REQUIRE(c.live.size() == 2);
   CHECK(c.live[0].ctx == 2);
-  CHECK(c.handles.empty());
-  CHECK(c.device[0].current == 512);
+  CHECK(c.live[1].kind == MemKind::Async);
+  CHECK(c.handles.size() == 1);  // VMM physical memory outlives the context
+  CHECK(c.device[0].current == 512 + 1024 + 100);
 }
 
 TEST_CASE("host memory is kept apart from device memory") {
