@@ -1,4 +1,4 @@
-/* Family: context destruction frees everything the context owned — cuCtxDestroy_v2 of a
+/* Family: context destruction frees what the context owned (linear memory) and nothing else — cuCtxDestroy_v2 of a
  * created context, cuDevicePrimaryCtxReset_v2 of the primary one. The program prints FREE for
  * the memory the driver took back. */
 #include "mt_case.h"
@@ -16,6 +16,23 @@ int main(void) {
     CUdeviceptr x2 = mt_mem_alloc("alloc_x2", 4000);
     CUdeviceptr x3 = mt_mem_alloc("alloc_x3", 8192);
     mt_mem_free("free_x3", x3);
+    /* VMM physical memory and pool allocations belong to no context (cuda.h, cuCtxDestroy):
+     * they survive its destruction and stay live. */
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    size_t gran = 0;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr va = 0;
+    if (CU("granularity", cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) == 0 &&
+        CU("cuMemCreate", cuMemCreate(&h, gran, &prop, 0)) == 0 &&
+        CU("cuMemAddressReserve", cuMemAddressReserve(&va, gran, 0, 0, 0)) == 0 &&
+        CU("cuMemMap", cuMemMap(va, gran, 0, h, 0)) == 0)
+      mt_alloc("dev", va, gran, gran);
+    CUdeviceptr pooled = 0;
+    if (CU("cuMemAllocAsync", cuMemAllocAsync(&pooled, 12345, 0)) == 0) mt_alloc("dev", pooled, 12345, 12345);
     if (CU("cuCtxDestroy", cuCtxDestroy(ctx)) == 0) {
       if (x1) mt_free("dev", x1);
       if (x2) mt_free("dev", x2);
