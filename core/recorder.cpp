@@ -83,10 +83,7 @@ void Recorder::emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_i
   push(e);
 }
 
-void Recorder::record_alloc(const AllocRecord& in) {
-  AllocRecord r = in;
-  r.serial = serial_.fetch_add(1, std::memory_order_relaxed) + 1;
-  r.freeing = false;
+void Recorder::record_alloc(const AllocRecord& r) {
   Shard& s = shard_of(r.addr);
   SpinGuard g(s.lock);
   AllocRecord stale;
@@ -95,11 +92,10 @@ void Recorder::record_alloc(const AllocRecord& in) {
   {
     SpinGuard rg(ring_lock_);
     if (had_stale) {
-      // Either another thread's free of this address has not returned yet (the driver already
-      // reused it), or memtrace missed a free. Close the old record first so the viewer never
-      // sees two blocks at one address.
+      // The driver reused an address memtrace thought was live (a free it never saw):
+      // close the old one first so the viewer never sees two blocks at one address.
       emit_free(stale, stale.stream, 0, r.time_us);
-      if (!stale.freeing) ++stale_replaced_;
+      ++stale_replaced_;
     }
     emit_alloc(r);
   }
@@ -107,13 +103,18 @@ void Recorder::record_alloc(const AllocRecord& in) {
   account(r, +1);
 }
 
-bool Recorder::begin_free(uint64_t addr, AllocRecord* out) {
+bool Recorder::release(uint64_t addr, uint64_t stream, uint32_t free_stack_id, AllocRecord* out,
+                       const MemKind* only_kind) {
   Shard& s = shard_of(addr);
   SpinGuard g(s.lock);
-  AllocRecord* r = s.live.find(addr);
-  if (!r || r->freeing) return false;
-  r->freeing = true;
-  *out = *r;
+  AllocRecord* cur = s.live.find(addr);
+  if (!cur || (only_kind && cur->kind != *only_kind)) return false;
+  s.live.take(addr, out);
+  {
+    SpinGuard rg(ring_lock_);
+    emit_free(*out, stream ? stream : out->stream, free_stack_id, now_us());
+  }
+  account(*out, -1);
   return true;
 }
 
@@ -123,21 +124,12 @@ bool Recorder::is_live(uint64_t addr) {
   return s.live.find(addr) != nullptr;
 }
 
-void Recorder::finish_free(const AllocRecord& r, bool ok, uint64_t stream, uint32_t free_stack_id) {
-  Shard& s = shard_of(r.addr);
-  SpinGuard g(s.lock);
-  AllocRecord* cur = s.live.find(r.addr);
-  if (!cur || cur->serial != r.serial) return;  // closed by a newer allocation at this address
-  if (!ok) {
-    cur->freeing = false;  // the real free failed: the memory is still the program's
-    return;
-  }
-  s.live.take(r.addr, nullptr);
-  {
-    SpinGuard rg(ring_lock_);
-    emit_free(r, stream, free_stack_id, now_us());
-  }
-  account(r, -1);
+void Recorder::restore(const AllocRecord& r) {
+  if (is_live(r.addr)) return;
+  AllocRecord again = r;
+  again.time_us = now_us();
+  again.note = kFreeFailedNote;
+  record_alloc(again);
 }
 
 void Recorder::record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free,

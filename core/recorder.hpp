@@ -23,14 +23,17 @@ class Recorder {
 
   // An allocation succeeded: records it and emits segment_alloc + alloc.
   void record_alloc(const AllocRecord& r);
-  // Before the real free: marks the record as being freed and copies it out. It stays live
-  // (a dump taken meanwhile still shows it) until finish_free. False if unknown or already
-  // being freed.
-  bool begin_free(uint64_t addr, AllocRecord* out);
-  // After the real free. ok: removes the record and emits free_requested, free_completed,
-  // segment_free. !ok: the record is live again, unchanged. If the address was meanwhile
-  // handed out again (the new allocation closed the old record), nothing happens.
-  void finish_free(const AllocRecord& r, bool ok, uint64_t stream, uint32_t free_stack_id);
+  // Before the real free: removes the record and emits free_requested, free_completed,
+  // segment_free. Emitting before the driver can reuse the memory keeps the history in the
+  // driver's real order even when another thread is handed the same range at once.
+  // False (nothing emitted) if the address is unknown, or its record is not of only_kind
+  // when one is given.
+  bool release(uint64_t addr, uint64_t stream, uint32_t free_stack_id, AllocRecord* out,
+               const MemKind* only_kind = nullptr);
+  // The real free failed: the memory is still the program's. Records it again (segment_alloc
+  // + alloc, noted kFreeFailedNote) unless the address is live again already.
+  static constexpr const char* kFreeFailedNote = "memtrace: free failed, still allocated";
+  void restore(const AllocRecord& r);
   // A free of a pointer memtrace never saw (counted only).
   void note_unknown_free() { unknown_frees_.fetch_add(1, std::memory_order_relaxed); }
   bool is_live(uint64_t addr);
@@ -82,7 +85,6 @@ class Recorder {
   int device_count_ = 0;
   std::atomic<uint64_t> unknown_frees_{0};
   uint64_t stale_replaced_ = 0;
-  std::atomic<uint64_t> serial_{0};
 };
 
 }  // namespace memtrace

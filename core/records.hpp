@@ -19,11 +19,9 @@ struct AllocRecord {
   uint64_t ctx = 0;     // owning CUcontext; its destruction frees the record
   uint64_t handle = 0;  // VmmMapping: the physical allocation handle mapped here
   const char* note = nullptr;
-  uint64_t serial = 0;  // set by the recorder: tells a record from a later one at the same address
   uint32_t stack_id = 0;
   int16_t device = 0;  // -1 for host memory not tied to a device
   MemKind kind = MemKind::Device;
-  bool freeing = false;  // a free is in flight: still live until the real free returns
 };
 
 // VMM physical memory (cuMemCreate): alive until the creation reference, every mapping

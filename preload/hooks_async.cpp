@@ -76,9 +76,9 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUs
   auto real = real_fn<Hook::cuMemFreeAsync, decltype(&::cuMemFreeAsync)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  PendingFree pending(scope.session(), dptr);
+  PendingFree pending(scope.session(), dptr, reinterpret_cast<uint64_t>(hStream), __builtin_return_address(0));
   CUresult r = real(dptr, hStream);
-  pending.finish(r == CUDA_SUCCESS, reinterpret_cast<uint64_t>(hStream), __builtin_return_address(0));
+  pending.finish(r == CUDA_SUCCESS);
   return r;
 }
 
@@ -86,8 +86,8 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr
   auto real = real_fn<Hook::cuMemFreeAsync_ptsz, decltype(&::cuMemFreeAsync_ptsz)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  PendingFree pending(scope.session(), dptr);
+  PendingFree pending(scope.session(), dptr, reinterpret_cast<uint64_t>(hStream), __builtin_return_address(0));
   CUresult r = real(dptr, hStream);
-  pending.finish(r == CUDA_SUCCESS, reinterpret_cast<uint64_t>(hStream), __builtin_return_address(0));
+  pending.finish(r == CUDA_SUCCESS);
   return r;
 }

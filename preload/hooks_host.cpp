@@ -37,9 +37,9 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemFreeHost(void* p) {
   auto real = real_fn<Hook::cuMemFreeHost, decltype(&::cuMemFreeHost)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  PendingFree pending(scope.session(), reinterpret_cast<uint64_t>(p));
+  PendingFree pending(scope.session(), reinterpret_cast<uint64_t>(p), 0, __builtin_return_address(0));
   CUresult r = real(p);
-  pending.finish(r == CUDA_SUCCESS, 0, __builtin_return_address(0));
+  pending.finish(r == CUDA_SUCCESS);
   return r;
 }
 
@@ -60,8 +60,8 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
   auto real = real_fn<Hook::cuMemHostUnregister, decltype(&::cuMemHostUnregister)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  PendingFree pending(scope.session(), reinterpret_cast<uint64_t>(p));
+  PendingFree pending(scope.session(), reinterpret_cast<uint64_t>(p), 0, __builtin_return_address(0));
   CUresult r = real(p);
-  pending.finish(r == CUDA_SUCCESS, 0, __builtin_return_address(0));
+  pending.finish(r == CUDA_SUCCESS);
   return r;
 }

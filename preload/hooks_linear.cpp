@@ -62,8 +62,8 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   auto real = real_fn<Hook::cuMemFree_v2, decltype(&::cuMemFree_v2)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  PendingFree pending(scope.session(), dptr);
+  PendingFree pending(scope.session(), dptr, 0, __builtin_return_address(0));
   CUresult r = real(dptr);
-  pending.finish(r == CUDA_SUCCESS, 0, __builtin_return_address(0));
+  pending.finish(r == CUDA_SUCCESS);
   return r;
 }

@@ -86,29 +86,26 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t s
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
   Session* s = scope.session();
-  // An unmap may cover several mappings laid side by side; take each one it starts with.
+  // An unmap may cover several mappings laid side by side; release each one it starts with.
   constexpr int kMax = 64;
   AllocRecord taken[kMax];
   int n = 0;
   if (s) {
+    uint32_t stack = capture_stack_id(*s, __builtin_return_address(0));
+    const MemKind mapping = MemKind::VmmMapping;
     uint64_t cursor = ptr, end = ptr + size;
-    while (cursor < end && n < kMax && s->recorder.begin_free(cursor, &taken[n])) {
-      if (taken[n].kind != MemKind::VmmMapping || taken[n].size == 0) {
-        s->recorder.finish_free(taken[n], false, 0, 0);  // not ours to end: put it back
-        break;
-      }
+    while (cursor < end && n < kMax && s->recorder.release(cursor, 0, stack, &taken[n], &mapping)) {
+      if (taken[n].size == 0) break;
       cursor += taken[n].size;
       ++n;
     }
   }
   CUresult r = real(ptr, size);
-  if (s) {
-    bool ok = r == CUDA_SUCCESS;
-    uint32_t stack = (ok && n > 0) ? capture_stack_id(*s, __builtin_return_address(0)) : 0;
-    for (int i = 0; i < n; ++i) {
-      s->recorder.finish_free(taken[i], ok, 0, stack);
-      if (ok) s->recorder.handle_ref(taken[i].handle, -1);
-    }
+  for (int i = 0; i < n; ++i) {
+    if (r == CUDA_SUCCESS)
+      s->recorder.handle_ref(taken[i].handle, -1);
+    else
+      s->recorder.restore(taken[i]);
   }
   return r;
 }

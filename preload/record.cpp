@@ -65,18 +65,18 @@ void record_oom(Session& s, uint64_t size, uint64_t stream, void* caller) {
   s.recorder.record_oom(dev, size, stream, free_b, capture_stack_id(s, caller), t_state.note);
 }
 
-PendingFree::PendingFree(Session* s, uint64_t addr) : s_(s), addr_(addr) {
-  if (s_ && addr_) known_ = s_->recorder.begin_free(addr_, &rec_);
+PendingFree::PendingFree(Session* s, uint64_t addr, uint64_t stream, void* caller) : s_(s) {
+  if (!s_ || !addr) return;
+  known_ = s_->recorder.release(addr, stream, capture_stack_id(*s_, caller), &rec_);
 }
 
-void PendingFree::finish(bool ok, uint64_t stream, void* caller) {
-  if (!s_ || !addr_) return;
+void PendingFree::finish(bool ok) {
+  if (!s_) return;
   if (!known_) {
     if (ok) s_->recorder.note_unknown_free();
     return;
   }
-  uint32_t stack = ok ? capture_stack_id(*s_, caller) : 0;
-  s_->recorder.finish_free(rec_, ok, stream ? stream : rec_.stream, stack);
+  if (!ok) s_->recorder.restore(rec_);
 }
 
 }  // namespace memtrace::preload

@@ -27,16 +27,15 @@ void record_alloc(Session& s, const NewAlloc& a, void* caller);
 // The driver said out of memory: an `oom` entry with the device's free bytes.
 void record_oom(Session& s, uint64_t size, uint64_t stream, void* caller);
 
-// Frees follow one protocol: take the record before the real free (so a concurrent
-// re-allocation of the address is never erased), put it back if the free failed.
+// Frees follow one protocol: the record goes (and its free entries are written) before the
+// real free, so the history stays in the driver's order; it comes back if the free failed.
 class PendingFree {
  public:
-  PendingFree(Session* s, uint64_t addr);
-  void finish(bool ok, uint64_t stream, void* caller);
+  PendingFree(Session* s, uint64_t addr, uint64_t stream, void* caller);
+  void finish(bool ok);
 
  private:
   Session* s_;
-  uint64_t addr_;
   bool known_ = false;
   AllocRecord rec_;
 };

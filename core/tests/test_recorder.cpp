@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,8 +33,7 @@ TEST_CASE("alloc and free produce PyTorch's entry sequence and stats") {
   r.record_alloc(rec(0x1000, 512));
   r.record_alloc(rec(0x2000, 1024, 1));
   AllocRecord taken;
-  REQUIRE(r.begin_free(0x1000, &taken));
-  r.finish_free(taken, true, 0, 0);
+  REQUIRE(r.release(0x1000, 0, 0, &taken));
   StateCopy c = r.copy_state();
   CHECK(actions(c) == std::vector<Action>{Action::SegmentAlloc, Action::Alloc, Action::SegmentAlloc, Action::Alloc,
                                           Action::FreeRequested, Action::FreeCompleted, Action::SegmentFree});
@@ -47,19 +47,32 @@ TEST_CASE("alloc and free produce PyTorch's entry sequence and stats") {
   CHECK(c.device[1].current == 1024);
 }
 
-TEST_CASE("a failed free puts the record back and emits nothing") {
+TEST_CASE("a failed free records the allocation again") {
   Recorder r;
   r.configure(100, 0);
   r.record_alloc(rec(0x1000, 512));
   AllocRecord taken;
-  REQUIRE(r.begin_free(0x1000, &taken));
-  CHECK(r.is_live(0x1000));  // still live while the real free runs
-  CHECK_FALSE(r.begin_free(0x1000, &taken));
-  r.finish_free(taken, false, 0, 0);
+  REQUIRE(r.release(0x1000, 0, 0, &taken));
+  CHECK_FALSE(r.is_live(0x1000));
+  CHECK_FALSE(r.release(0x1000, 0, 0, &taken));  // unknown now
+  r.restore(taken);
   StateCopy c = r.copy_state();
   CHECK(c.live.size() == 1);
-  CHECK(c.trace.size() == 2);
+  CHECK(actions(c) == std::vector<Action>{Action::SegmentAlloc, Action::Alloc, Action::FreeRequested,
+                                          Action::FreeCompleted, Action::SegmentFree, Action::SegmentAlloc,
+                                          Action::Alloc});
+  CHECK(std::string(c.trace.back().note) == Recorder::kFreeFailedNote);
   CHECK(c.device[0].current == 512);
+}
+
+TEST_CASE("release can be limited to one kind") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x1000, 512));
+  AllocRecord taken;
+  const MemKind vmm = MemKind::VmmMapping;
+  CHECK_FALSE(r.release(0x1000, 0, 0, &taken, &vmm));
+  CHECK(r.is_live(0x1000));
 }
 
 TEST_CASE("skip mask drops those actions only") {
@@ -67,8 +80,7 @@ TEST_CASE("skip mask drops those actions only") {
   r.configure(100, 1u << int(Action::FreeRequested));
   r.record_alloc(rec(0x1000, 512));
   AllocRecord t;
-  r.begin_free(0x1000, &t);
-  r.finish_free(t, true, 0, 0);
+  r.release(0x1000, 0, 0, &t);
   StateCopy c = r.copy_state();
   for (auto& e : c.trace) CHECK(e.action != Action::FreeRequested);
   CHECK(c.trace.size() == 4);
@@ -167,8 +179,7 @@ TEST_CASE("ten threads lose no event and the cut matches the registry") {
         r.record_alloc(rec(a, 512));
         if (i % 2 == 0) {
           AllocRecord x;
-          REQUIRE(r.begin_free(a, &x));
-          r.finish_free(x, true, 0, 0);
+          REQUIRE(r.release(a, 0, 0, &x));
         }
       }
     });
@@ -199,20 +210,3 @@ TEST_CASE("fork reset empties everything") {
   CHECK(c.device[0].current == 0);
 }
 
-TEST_CASE("a reallocation racing a free keeps the new record") {
-  Recorder r;
-  r.configure(100, 0);
-  r.record_alloc(rec(0x1000, 512));
-  AllocRecord old;
-  REQUIRE(r.begin_free(0x1000, &old));
-  r.record_alloc(rec(0x1000, 256));  // another thread got the address before the free returned
-  r.finish_free(old, true, 0, 0);
-  StateCopy c = r.copy_state();
-  REQUIRE(c.live.size() == 1);
-  CHECK(c.live[0].size == 256);
-  CHECK(c.stale_replaced == 0);
-  size_t frees = 0;
-  for (auto& e : c.trace) frees += e.action == Action::FreeCompleted;
-  CHECK(frees == 1);
-  CHECK(c.device[0].current == 256);
-}

@@ -3,14 +3,20 @@
 // Each device owns one PROT_NONE, MAP_NORESERVE reservation as large as its capacity, made on
 // its first allocation. Device pointers are host addresses inside it, so the program (and a
 // test) can read and write device memory directly; 2 MiB chunks are made accessible while an
-// allocation covers them and are discarded and re-protected when the last one goes, so a
-// simulated 16 GiB device costs only the memory actually allocated, and a stale pointer into
-// a chunk with nothing left in it faults.
+// allocation covers them. A chunk that empties stays open for a while, like the real driver's
+// cached pages (so a loop of small cudaMalloc/cudaFree costs no system call); only the
+// kWarmChunks most recently emptied chunks are kept, older ones are discarded and re-protected,
+// so a simulated 16 GiB device costs at most the memory allocated plus 64 MiB, and a stale
+// pointer into a long-empty chunk faults.
 #include <sys/mman.h>
 
 #include "internal.h"
 
 namespace sim {
+
+namespace {
+constexpr size_t kWarmChunks = 32;  // 64 MiB of emptied chunks kept open per arena
+}
 
 bool Arena::reserve(uint64_t size, uint64_t fixed_hint) {
   uint64_t rounded;
@@ -39,6 +45,9 @@ bool Arena::reserve(uint64_t size, uint64_t fixed_hint) {
   size_ = rounded;
   ranges_.reset(rounded);
   chunk_refs_.assign(rounded / kGranularity, 0);
+  chunk_open_.assign(rounded / kGranularity, 0);
+  chunk_listed_.assign(rounded / kGranularity, 0);
+  emptied_.clear();
   return true;
 }
 
@@ -58,33 +67,53 @@ void Arena::give(uint64_t addr, uint64_t size) {
   ranges_.release(addr - base_, size);
 }
 
-// Runs of chunks changing state are handled with one system call each. False if making a
+// Runs of chunks that must be opened are handled with one system call each. False if making a
 // run accessible failed; the reference counts are updated regardless, for the caller's undo.
 bool Arena::set_chunks(uint64_t addr, uint64_t size, int delta) {
   bool ok = true;
   const uint64_t first = (addr - base_) / kGranularity;
   const uint64_t last = (addr - base_ + size - 1) / kGranularity;
-  auto flush = [&](uint64_t run_start, uint64_t run_end) {
-    void* p = reinterpret_cast<void*>(base_ + run_start * kGranularity);
-    size_t len = (run_end - run_start) * kGranularity;
-    if (delta > 0) {
-      if (::mprotect(p, len, PROT_READ | PROT_WRITE) != 0) ok = false;
-    } else {
-      ::madvise(p, len, MADV_DONTNEED);
-      ::mprotect(p, len, PROT_NONE);
+  if (delta < 0) {
+    for (uint64_t c = first; c <= last; ++c) {
+      if (--chunk_refs_[c] == 0 && !chunk_listed_[c]) {
+        chunk_listed_[c] = 1;
+        emptied_.push_back(c);
+      }
     }
+    retire_cold_chunks();
+    return true;
+  }
+  auto open = [&](uint64_t run_start, uint64_t run_end) {
+    void* p = reinterpret_cast<void*>(base_ + run_start * kGranularity);
+    if (::mprotect(p, (run_end - run_start) * kGranularity, PROT_READ | PROT_WRITE) != 0) ok = false;
   };
   uint64_t run_start = UINT64_MAX;
   for (uint64_t c = first; c <= last; ++c) {
-    bool changes = delta > 0 ? chunk_refs_[c]++ == 0 : --chunk_refs_[c] == 0;
-    if (changes && run_start == UINT64_MAX) run_start = c;
-    if (!changes && run_start != UINT64_MAX) {
-      flush(run_start, c);
+    chunk_refs_[c]++;
+    bool closed = !chunk_open_[c];
+    chunk_open_[c] = 1;
+    if (closed && run_start == UINT64_MAX) run_start = c;
+    if (!closed && run_start != UINT64_MAX) {
+      open(run_start, c);
       run_start = UINT64_MAX;
     }
   }
-  if (run_start != UINT64_MAX) flush(run_start, last + 1);
+  if (run_start != UINT64_MAX) open(run_start, last + 1);
   return ok;
+}
+
+void Arena::retire_cold_chunks() {
+  while (emptied_.size() > kWarmChunks) {
+    uint64_t c = emptied_.front();
+    emptied_.pop_front();
+    chunk_listed_[c] = 0;
+    // In use again since it emptied: it is listed anew when it next empties.
+    if (chunk_refs_[c] != 0 || !chunk_open_[c]) continue;
+    void* p = reinterpret_cast<void*>(base_ + c * kGranularity);
+    ::madvise(p, kGranularity, MADV_DONTNEED);
+    ::mprotect(p, kGranularity, PROT_NONE);
+    chunk_open_[c] = 0;
+  }
 }
 
 namespace {

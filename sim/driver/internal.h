@@ -102,10 +102,14 @@ class Arena {
 
  private:
   bool set_chunks(uint64_t addr, uint64_t size, int delta);
+  void retire_cold_chunks();
   uint64_t base_ = 0;
   uint64_t size_ = 0;
   RangeAllocator ranges_;
   std::vector<uint32_t> chunk_refs_;
+  std::vector<uint8_t> chunk_open_;     // chunk is readable/writable right now
+  std::vector<uint8_t> chunk_listed_;   // chunk is in emptied_
+  std::deque<uint64_t> emptied_;        // chunks that lost their last allocation, oldest first
 };
 
 struct Device {
