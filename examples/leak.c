@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "device_usage.h"
 
 #define CHECK(call)                                                                          \
   do {                                                                                       \
@@ -65,5 +66,9 @@ int main(void) {
   CHECK(cudaDeviceSynchronize());
   (void)table; /* never freed */
   printf("leak: exiting with 2 buffers (9 MiB) still allocated\n");
+  {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) example_report_usage(free_b, total_b);
+  }
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "device_usage.h"
 
 #define CHECK_CUDA(call)                                                                               \
   do {                                                                                                 \
@@ -90,5 +91,9 @@ int main(void) {
   }
   for (int d = 0; d < ndev; ++d) CHECK_NCCL(ncclCommDestroy(comms[d]));
   printf("nccl_allreduce: buffers freed, communicators destroyed\n");
+  {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) example_report_usage(free_b, total_b);
+  }
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "device_usage.h"
 
 #define CHECK(call)                                                                                 \
   do {                                                                                              \
@@ -68,5 +69,9 @@ int main(void) {
   CHECK(cudaFreeHost(host));
   printf("runtime_loop: %zu bytes went through 12 device buffers; %zu bytes of pinned host memory freed\n",
          total, max_bytes);
+  {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) example_report_usage(free_b, total_b);
+  }
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "device_usage.h"
 
 #define CHECK(call)                                                                  \
   do {                                                                               \
@@ -77,6 +78,10 @@ int main(void) {
   CHECK(cuMemUnmap(va, size));
   CHECK(cuMemAddressFree(va, size));
   CHECK(cuMemRelease(handle));
+  {
+    size_t free_b = 0, total_b = 0;
+    if (cuMemGetInfo(&free_b, &total_b) == CUDA_SUCCESS) example_report_usage(free_b, total_b);
+  }
   CHECK(cuDevicePrimaryCtxRelease(dev));
   printf("vmm: unmapped and released; nothing left allocated\n");
   return 0;
