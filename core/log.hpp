@@ -11,35 +11,31 @@ void write_line(const char* data, size_t n);
 bool debug_enabled();
 void set_debug(bool on);
 
+// One line: prefix, formatted message, newline; truncated to fit the stack buffer.
 template <typename... Args>
-void warn(fmt::format_string<Args...> f, Args&&... args) {
+void emit(const char* prefix, fmt::format_string<Args...> f, Args&&... args) {
   char buf[1024];
-  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "memtrace: warning: ");
+  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "{}", prefix);
   r = fmt::format_to_n(r.out, sizeof(buf) - 1 - (r.out - buf), f, std::forward<Args>(args)...);
   size_t n = static_cast<size_t>(r.out - buf);
+  if (n > sizeof(buf) - 1) n = sizeof(buf) - 1;
   buf[n++] = '\n';
   write_line(buf, n);
+}
+
+template <typename... Args>
+void warn(fmt::format_string<Args...> f, Args&&... args) {
+  emit("memtrace: warning: ", f, std::forward<Args>(args)...);
 }
 
 template <typename... Args>
 void info(fmt::format_string<Args...> f, Args&&... args) {
-  char buf[1024];
-  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "memtrace: ");
-  r = fmt::format_to_n(r.out, sizeof(buf) - 1 - (r.out - buf), f, std::forward<Args>(args)...);
-  size_t n = static_cast<size_t>(r.out - buf);
-  buf[n++] = '\n';
-  write_line(buf, n);
+  emit("memtrace: ", f, std::forward<Args>(args)...);
 }
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... args) {
-  if (!debug_enabled()) return;
-  char buf[1024];
-  auto r = fmt::format_to_n(buf, sizeof(buf) - 1, "memtrace: debug: ");
-  r = fmt::format_to_n(r.out, sizeof(buf) - 1 - (r.out - buf), f, std::forward<Args>(args)...);
-  size_t n = static_cast<size_t>(r.out - buf);
-  buf[n++] = '\n';
-  write_line(buf, n);
+  if (debug_enabled()) emit("memtrace: debug: ", f, std::forward<Args>(args)...);
 }
 
 }  // namespace memtrace::log

@@ -1,9 +1,7 @@
 // Stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemFreeAsync) and
 // their per-thread-default-stream twins, which forward to the matching real twin.
 // An allocation on a capturing stream is a graph node, not memory: it is not recorded.
-#include "preload/driver_decls.hpp"
-#include "preload/hook_table.hpp"
-#include "preload/record.hpp"
+#include "preload/forward.hpp"
 
 using namespace memtrace;
 using namespace memtrace::preload;
@@ -18,76 +16,52 @@ bool capturing(CUstream stream, bool ptsz) {
   return st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-void after_async_alloc(Session* s, CUresult r, CUdeviceptr* dptr, size_t bytesize, CUstream stream, bool ptsz,
-                       void* caller) {
-  if (!s) return;
-  uint64_t st = reinterpret_cast<uint64_t>(stream);
-  if (r == CUDA_SUCCESS && dptr) {
-    if (capturing(stream, ptsz)) return;
-    record_alloc(*s, {.addr = *dptr, .size = bytesize, .requested = bytesize, .stream = st, .kind = MemKind::Async},
-                 caller);
-  } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    record_oom(*s, bytesize, st, caller);
-  }
+auto async_record(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool ptsz) {
+  return [=](NewAlloc* a) {
+    if (!dptr || capturing(stream, ptsz)) return false;
+    *a = {.addr = *dptr, .size = bytes, .requested = bytes, .stream = reinterpret_cast<uint64_t>(stream),
+          .kind = MemKind::Async};
+    return true;
+  };
 }
+
+uint64_t raw(CUstream s) { return reinterpret_cast<uint64_t>(s); }
 
 }  // namespace
 
 extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  auto real = real_fn<Hook::cuMemAllocAsync, decltype(&::cuMemAllocAsync)>();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  HookScope scope;
-  CUresult r = real(dptr, bytesize, hStream);
-  after_async_alloc(scope.session(), r, dptr, bytesize, hStream, false, __builtin_return_address(0));
-  return r;
+  return forward_alloc<Hook::cuMemAllocAsync, decltype(&::cuMemAllocAsync)>(
+      __builtin_return_address(0), OnOom::Record, bytesize, raw(hStream),
+      async_record(dptr, bytesize, hStream, false), dptr, bytesize, hStream);
 }
 
 extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                                                CUstream hStream) {
-  auto real = real_fn<Hook::cuMemAllocAsync_ptsz, decltype(&::cuMemAllocAsync_ptsz)>();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  HookScope scope;
-  CUresult r = real(dptr, bytesize, hStream);
-  after_async_alloc(scope.session(), r, dptr, bytesize, hStream, true, __builtin_return_address(0));
-  return r;
+  return forward_alloc<Hook::cuMemAllocAsync_ptsz, decltype(&::cuMemAllocAsync_ptsz)>(
+      __builtin_return_address(0), OnOom::Record, bytesize, raw(hStream),
+      async_record(dptr, bytesize, hStream, true), dptr, bytesize, hStream);
 }
 
 extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
                                                                   CUmemoryPool pool, CUstream hStream) {
-  auto real = real_fn<Hook::cuMemAllocFromPoolAsync, decltype(&::cuMemAllocFromPoolAsync)>();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  HookScope scope;
-  CUresult r = real(dptr, bytesize, pool, hStream);
-  after_async_alloc(scope.session(), r, dptr, bytesize, hStream, false, __builtin_return_address(0));
-  return r;
+  return forward_alloc<Hook::cuMemAllocFromPoolAsync, decltype(&::cuMemAllocFromPoolAsync)>(
+      __builtin_return_address(0), OnOom::Record, bytesize, raw(hStream),
+      async_record(dptr, bytesize, hStream, false), dptr, bytesize, pool, hStream);
 }
 
 extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                                                        CUmemoryPool pool, CUstream hStream) {
-  auto real = real_fn<Hook::cuMemAllocFromPoolAsync_ptsz, decltype(&::cuMemAllocFromPoolAsync_ptsz)>();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  HookScope scope;
-  CUresult r = real(dptr, bytesize, pool, hStream);
-  after_async_alloc(scope.session(), r, dptr, bytesize, hStream, true, __builtin_return_address(0));
-  return r;
+  return forward_alloc<Hook::cuMemAllocFromPoolAsync_ptsz, decltype(&::cuMemAllocFromPoolAsync_ptsz)>(
+      __builtin_return_address(0), OnOom::Record, bytesize, raw(hStream),
+      async_record(dptr, bytesize, hStream, true), dptr, bytesize, pool, hStream);
 }
 
 extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  auto real = real_fn<Hook::cuMemFreeAsync, decltype(&::cuMemFreeAsync)>();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  HookScope scope;
-  PendingFree pending(scope.session(), dptr, reinterpret_cast<uint64_t>(hStream), __builtin_return_address(0));
-  CUresult r = real(dptr, hStream);
-  pending.finish(r == CUDA_SUCCESS);
-  return r;
+  return forward_free<Hook::cuMemFreeAsync, decltype(&::cuMemFreeAsync)>(__builtin_return_address(0), dptr,
+                                                                        raw(hStream), dptr, hStream);
 }
 
 extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  auto real = real_fn<Hook::cuMemFreeAsync_ptsz, decltype(&::cuMemFreeAsync_ptsz)>();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  HookScope scope;
-  PendingFree pending(scope.session(), dptr, reinterpret_cast<uint64_t>(hStream), __builtin_return_address(0));
-  CUresult r = real(dptr, hStream);
-  pending.finish(r == CUDA_SUCCESS);
-  return r;
+  return forward_free<Hook::cuMemFreeAsync_ptsz, decltype(&::cuMemFreeAsync_ptsz)>(
+      __builtin_return_address(0), dptr, raw(hStream), dptr, hStream);
 }
