@@ -25,6 +25,29 @@ void put_line(std::string& out, fmt::format_string<A...> f, A&&... a) {
   fmt::format_to(std::back_inserter(out), f, std::forward<A>(a)...);
   out.push_back('\n');
 }
+
+// A call site in one line: the API call (cudaMalloc, cuMemCreate, ncclMemAlloc...) is where the
+// memory was taken, not why; the first frames after it are what a reader wants.
+std::string describe_site(const std::vector<FrameRef>& frames) {
+  auto is_api = [](std::string_view n) {
+    return (n.size() > 2 && n[0] == 'c' && n[1] == 'u' && (n[2] == 'd' || (n[2] >= 'A' && n[2] <= 'Z'))) ||
+           n.substr(0, 4) == "nccl" || n.substr(0, 5) == "pnccl";
+  };
+  size_t i = 0;
+  while (i + 1 < frames.size() && is_api(frames[i].name)) ++i;
+  std::string text;
+  for (size_t shown = 0; i < frames.size() && shown < 3; ++i, ++shown) {
+    if (shown) text += " < ";
+    const FrameRef& f = frames[i];
+    std::string_view file = f.filename;
+    if (size_t slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+    if (f.line > 0)
+      text += fmt::format("{} ({}:{})", f.name, file, f.line);
+    else
+      text += fmt::format("{} ({})", f.name, file);
+  }
+  return text.empty() ? std::string("(no frames)") : text;
+}
 }  // namespace
 
 std::string format_summary(const StateCopy& s, FrameSource& owners, const SummaryInfo& info) {
@@ -113,6 +136,35 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
         b += groups[i].bytes;
       }
       put_line(out, "    {:<{}}  {:>7}  {:>10}", fmt::format("({} more)", groups.size() - rows), width, c, human_bytes(b));
+    }
+  }
+
+  // Where the live memory was allocated: the largest call sites, by bytes.
+  if (!s.live.empty() && info.max_site_rows > 0) {
+    struct Site {
+      uint32_t stack_id;
+      uint64_t count = 0;
+      uint64_t bytes = 0;
+    };
+    std::unordered_map<uint32_t, Site> sites;
+    for (const AllocRecord& r : s.live) {
+      if (r.stack_id == 0) continue;
+      Site& site = sites.try_emplace(r.stack_id, Site{r.stack_id}).first->second;
+      site.count += 1;
+      site.bytes += r.size;
+    }
+    std::vector<Site> top;
+    for (auto& kv : sites) top.push_back(kv.second);
+    std::sort(top.begin(), top.end(), [](const Site& a, const Site& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack_id < b.stack_id;
+    });
+    if (top.size() > info.max_site_rows) top.resize(info.max_site_rows);
+    if (!top.empty()) put_line(out, "  largest live call sites:");
+    std::vector<FrameRef> frames;
+    for (const Site& site : top) {
+      frames.clear();
+      owners.frames(site.stack_id, &frames);
+      put_line(out, "    {:>10}  {:>5}x  {}", human_bytes(site.bytes), site.count, describe_site(frames));
     }
   }
 

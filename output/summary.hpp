@@ -17,6 +17,7 @@ struct SummaryInfo {
   size_t bytes = 0;   // snapshot size
   double seconds = 0;
   size_t max_owner_rows = 8;  // owners listed before "others"
+  size_t max_site_rows = 5;   // largest live call sites listed (0: none)
 };
 
 // "512 B", "1.5 KiB", "3.0 MiB", "2.00 GiB", "1.25 TiB".

@@ -113,3 +113,27 @@ TEST_CASE("many owners fold into one line", "[summary]") {
   CHECK(text.find("lib15") == std::string::npos);
   CHECK(text.find("(15 more)") != std::string::npos);
 }
+
+TEST_CASE("largest live call sites skip the CUDA API frame and read innermost first", "[summary]") {
+  t::FakeFrameSource src;
+  src.set(1, {{"/src/rt/memory.cpp", "cudaMalloc", 10}, {"/app/model.cc", "load_weights", 42},
+              {"/app/main.cc", "main", 7}, {"/app/main.cc", "_start", 1}},
+          "app");
+  src.set(2, {{"/app/cache.cc", "grow_cache", 9}}, "app");
+  StateCopy s;
+  s.device_count = 1;
+  s.live = {rec(0x1000, 64u << 20, 1), rec(0x9000000, 1u << 20, 2), rec(0xa000000, 1u << 20, 2)};
+  SummaryInfo info;
+  std::string text = format_summary(s, src, info);
+  INFO(text);
+  size_t weights = text.find("load_weights (model.cc:42) < main (main.cc:7) < _start (main.cc:1)");
+  size_t cache = text.find("2x  grow_cache (cache.cc:9)");
+  CHECK(text.find("largest live call sites:") != std::string::npos);
+  CHECK(weights != std::string::npos);
+  CHECK(cache != std::string::npos);
+  CHECK(weights < cache);  // largest first
+  CHECK(text.find("cudaMalloc") == std::string::npos);
+
+  info.max_site_rows = 0;
+  CHECK(format_summary(s, src, info).find("largest live call sites") == std::string::npos);
+}
