@@ -37,6 +37,24 @@ class AddrMap {
     return true;
   }
 
+  // Inserts or replaces in one probe; *old receives the replaced value. True if one existed.
+  bool exchange(uint64_t key, const V& v, V* old) {
+    if ((size_ + 1) * 4 > cap_ * 3 && !grow()) return false;
+    size_t i = slot_of(key);
+    while (slots_[i].key != 0) {
+      if (slots_[i].key == key) {
+        *old = slots_[i].value;
+        slots_[i].value = v;
+        return true;
+      }
+      i = (i + 1) & (cap_ - 1);
+    }
+    slots_[i].key = key;
+    slots_[i].value = v;
+    ++size_;
+    return false;
+  }
+
   V* find(uint64_t key) {
     if (cap_ == 0) return nullptr;
     size_t i = slot_of(key);

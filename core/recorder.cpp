@@ -17,8 +17,9 @@ void Recorder::push(const TraceEntry& e) {
   ring_.push(e);
 }
 
+// Usage statistics live under the ring lock: every event already holds it, so the totals move
+// together with the history and a dump sees both at the same instant.
 void Recorder::account_bytes(bool host, int device, int64_t delta) {
-  SpinGuard g(stats_lock_);
   UsageStats* u = &host_;
   if (!host) {
     if (device < 0 || device >= kMaxDevices) return;
@@ -38,10 +39,7 @@ void Recorder::account_bytes(bool host, int device, int64_t delta) {
 void Recorder::account(const AllocRecord& r, int64_t sign) {
   if (r.kind == MemKind::VmmMapping) {
     // Mappings show where physical memory is visible; the bytes are counted on the handle.
-    if (r.device >= 0 && r.device < kMaxDevices) {
-      SpinGuard g(stats_lock_);
-      if (r.device + 1 > device_count_) device_count_ = r.device + 1;
-    }
+    if (r.device >= 0 && r.device < kMaxDevices && r.device + 1 > device_count_) device_count_ = r.device + 1;
     return;
   }
   account_bytes(is_host(r.kind), r.device, sign * static_cast<int64_t>(r.size));
@@ -87,19 +85,16 @@ void Recorder::record_alloc(const AllocRecord& r) {
   Shard& s = shard_of(r.addr);
   SpinGuard g(s.lock);
   AllocRecord stale;
-  bool had_stale = s.live.take(r.addr, &stale);
-  s.live.put(r.addr, r);
-  {
-    SpinGuard rg(ring_lock_);
-    if (had_stale) {
-      // The driver reused an address memtrace thought was live (a free it never saw):
-      // close the old one first so the viewer never sees two blocks at one address.
-      emit_free(stale, stale.stream, 0, r.time_us);
-      ++stale_replaced_;
-    }
-    emit_alloc(r);
+  bool had_stale = s.live.exchange(r.addr, r, &stale);
+  SpinGuard rg(ring_lock_);
+  if (had_stale) {
+    // The driver reused an address memtrace thought was live (a free it never saw):
+    // close the old one first so the viewer never sees two blocks at one address.
+    emit_free(stale, stale.stream, 0, r.time_us);
+    ++stale_replaced_;
+    account(stale, -1);
   }
-  if (had_stale) account(stale, -1);
+  emit_alloc(r);
   account(r, +1);
 }
 
@@ -110,10 +105,8 @@ bool Recorder::release(uint64_t addr, uint64_t stream, uint32_t free_stack_id, A
   AllocRecord* cur = s.live.find(addr);
   if (!cur || (only_kind && cur->kind != *only_kind)) return false;
   s.live.take(addr, out);
-  {
-    SpinGuard rg(ring_lock_);
-    emit_free(*out, stream ? stream : out->stream, free_stack_id, now_us());
-  }
+  SpinGuard rg(ring_lock_);
+  emit_free(*out, stream ? stream : out->stream, free_stack_id, now_us());
   account(*out, -1);
   return true;
 }
@@ -152,6 +145,7 @@ void Recorder::handle_created(const HandleRecord& h) {
     SpinGuard g(handle_lock_);
     handles_.put(h.handle, h);
   }
+  SpinGuard rg(ring_lock_);
   account_bytes(h.host, h.device, static_cast<int64_t>(h.size));
 }
 
@@ -165,6 +159,7 @@ void Recorder::handle_ref(uint64_t handle, int delta) {
     if (h->refs > 0) return;
     handles_.take(handle, &gone);
   }
+  SpinGuard rg(ring_lock_);
   account_bytes(gone.host, gone.device, -static_cast<int64_t>(gone.size));
 }
 
@@ -190,11 +185,11 @@ void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
       });
       if (n == 0) break;
       for (int i = 0; i < n; ++i) s.live.take(victims[i].addr, nullptr);
-      {
-        SpinGuard rg(ring_lock_);
-        for (int i = 0; i < n; ++i) emit_free(victims[i], victims[i].stream, 0, t);
+      SpinGuard rg(ring_lock_);
+      for (int i = 0; i < n; ++i) {
+        emit_free(victims[i], victims[i].stream, 0, t);
+        account(victims[i], -1);
       }
-      for (int i = 0; i < n; ++i) account(victims[i], -1);
     }
   }
 }
@@ -204,7 +199,6 @@ StateCopy Recorder::copy_state() {
   for (Shard& s : shards_) s.lock.lock();
   handle_lock_.lock();
   ring_lock_.lock();
-  stats_lock_.lock();
   size_t n = 0;
   for (Shard& s : shards_) n += s.live.size();
   c.live.reserve(n);
@@ -219,7 +213,6 @@ StateCopy Recorder::copy_state() {
   c.host = host_;
   c.stale_replaced = stale_replaced_;
   c.time_us = now_us();
-  stats_lock_.unlock();
   ring_lock_.unlock();
   handle_lock_.unlock();
   for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
@@ -245,7 +238,6 @@ void Recorder::reset_after_fork() {
   handles_.clear();
   ring_lock_.reset();
   ring_.clear();
-  stats_lock_.reset();
   for (auto& d : device_) d = UsageStats{};
   host_ = UsageStats{};
   device_count_ = 0;

@@ -69,8 +69,8 @@ class Recorder {
   void push(const TraceEntry& e);  // caller holds ring_lock_
   void emit_alloc(const AllocRecord& r);
   void emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t);
-  void account(const AllocRecord& r, int64_t sign);
-  void account_bytes(bool host, int device, int64_t delta);
+  void account(const AllocRecord& r, int64_t sign);         // caller holds ring_lock_
+  void account_bytes(bool host, int device, int64_t delta);  // caller holds ring_lock_
 
   Shard shards_[kShards];
   SpinLock handle_lock_;
@@ -79,7 +79,7 @@ class Recorder {
   TraceRing ring_;
   uint32_t skip_mask_ = 0;
 
-  SpinLock stats_lock_;  // taken inside ring_lock_ only
+  // Guarded by ring_lock_:
   UsageStats device_[kMaxDevices];
   UsageStats host_;
   int device_count_ = 0;

@@ -44,3 +44,16 @@ TEST_CASE("addr map agrees with std::map under random insert/take") {
   CHECK(m.size() == 0);
   CHECK(m.find(ref.begin()->first) == nullptr);
 }
+
+TEST_CASE("exchange inserts or replaces and reports the old value") {
+  AddrMap<uint64_t> m;
+  uint64_t old = 0;
+  CHECK_FALSE(m.exchange(0x7000000001000, 1, &old));
+  CHECK(m.exchange(0x7000000001000, 2, &old));
+  CHECK(old == 1);
+  CHECK(*m.find(0x7000000001000) == 2);
+  CHECK(m.size() == 1);
+  for (uint64_t k = 1; k < 1000; ++k) m.exchange(k * 512, k, &old);  // grows through several sizes
+  CHECK(m.size() == 1000);  // 999 new keys + the first
+  CHECK(*m.find(999 * 512) == 999);
+}
