@@ -115,6 +115,9 @@ Config parse_config(GetEnvFn getenv_fn) {
     else
       log::warn("MEMTRACE_STACK_DEPTH='{}' is not a whole number from 1 to 256; using {}", v, c.stack_depth);
   }
+  if (const char* v = getenv_fn("MEMTRACE_FREE_STACKS")) {
+    if (!parse_bool(v, &c.free_stacks)) log::warn("MEMTRACE_FREE_STACKS='{}' is not 0 or 1; using 0", v);
+  }
   if (const char* v = getenv_fn("MEMTRACE_MAX_ENTRIES")) {
     long long n;
     if (parse_int(v, 0, 100000000, &n))

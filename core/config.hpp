@@ -14,6 +14,8 @@ struct Config {
   bool summary = true;                        // MEMTRACE_SUMMARY
   StackMode stacks = StackMode::Native;       // MEMTRACE_STACKS
   int stack_depth = 64;                       // MEMTRACE_STACK_DEPTH (1..256)
+  bool free_stacks = false;                   // MEMTRACE_FREE_STACKS: free entries get the free's
+                                              // own stack, not the allocation's
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
   bool debug = false;                         // MEMTRACE_DEBUG

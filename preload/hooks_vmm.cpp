@@ -91,7 +91,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t s
   AllocRecord taken[kMax];
   int n = 0;
   if (s) {
-    uint32_t stack = capture_stack_id(*s, __builtin_return_address(0));
+    uint32_t stack = s->config.free_stacks ? capture_stack_id(*s, __builtin_return_address(0)) : 0;
     const MemKind mapping = MemKind::VmmMapping;
     uint64_t cursor = ptr, end = ptr + size;
     while (cursor < end && n < kMax && s->recorder.release(cursor, 0, stack, &taken[n], &mapping)) {

@@ -28,12 +28,14 @@ TEST_CASE("defaults when nothing is set") {
   CHECK(c.stack_depth == 64);
   CHECK(c.max_entries == 500000);
   CHECK(c.skip_actions == 0);
+  CHECK_FALSE(c.free_stacks);
 }
 
 TEST_CASE("valid values are taken") {
   g_env = {{"MEMTRACE_OUTPUT", "/tmp/x-%p.pickle"}, {"MEMTRACE_SUMMARY", "0"},
            {"MEMTRACE_STACKS", "NONE"},            {"MEMTRACE_STACK_DEPTH", "32"},
-           {"MEMTRACE_MAX_ENTRIES", "1000"},       {"MEMTRACE_SKIP_ACTIONS", "free_requested, oom"}};
+           {"MEMTRACE_MAX_ENTRIES", "1000"},       {"MEMTRACE_SKIP_ACTIONS", "free_requested, oom"},
+           {"MEMTRACE_FREE_STACKS", "1"}};
   StderrCapture cap;
   Config c = parse_config(&fake_getenv);
   CHECK(cap.text().empty());
@@ -42,6 +44,7 @@ TEST_CASE("valid values are taken") {
   CHECK(c.stacks == StackMode::None);
   CHECK(c.stack_depth == 32);
   CHECK(c.max_entries == 1000);
+  CHECK(c.free_stacks);
   CHECK(c.skip_actions == ((1u << int(Action::FreeRequested)) | (1u << int(Action::Oom))));
 }
 
@@ -54,6 +57,7 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
   Case cases[] = {
       {"MEMTRACE_SUMMARY", "maybe", "MEMTRACE_SUMMARY='maybe'"},
       {"MEMTRACE_STACKS", "python", "using native"},
+      {"MEMTRACE_FREE_STACKS", "sometimes", "using 0"},
       {"MEMTRACE_STACK_DEPTH", "abc", "using 64"},
       {"MEMTRACE_STACK_DEPTH", "0", "using 64"},
       {"MEMTRACE_STACK_DEPTH", "1000", "using 64"},

@@ -873,6 +873,28 @@ def case_summary_off(ctx):
     ctx.check_snapshot_tool(snap.path)
 
 
+@case
+def case_free_stacks(ctx):
+    """Free entries carry the allocation's stack by default (PyTorch's context='alloc'), and the
+    free call's own stack with MEMTRACE_FREE_STACKS=1."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("fam_linear")
+
+    def first_names(snap, action):
+        return {e["addr"]: (e.get("frames") or [{}])[0].get("name", "") for e in snap.actions(action)}
+
+    for env, expect in (({}, {"mt_mem_alloc", "pitched"}), ({"MEMTRACE_FREE_STACKS": "1"}, {"mt_mem_free"})):
+        r = ctx.run([prog], env=env)
+        expect_ok(r)
+        snap = r.snapshot()
+        frees = first_names(snap, "free_requested")
+        check(len(frees) == 3, f"{env}: expected 3 freed addresses, got {frees}")
+        for addr, name in frees.items():
+            check(name in expect, f"{env}: free of {hex(addr)} starts in {name!r}, expected one of {expect}")
+        ctx.check_snapshot_tool(snap.path)
+
+
 # threads -------------------------------------------------------------------------------------
 
 @case
