@@ -1,5 +1,6 @@
 #include "core/config.hpp"
 
+#include <csignal>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -85,6 +86,48 @@ bool parse_size_bytes(const char* s, uint64_t* out) {
   return true;
 }
 
+
+int parse_signal(const char* s) {
+  if (!s) return -1;
+  std::string_view v = trim(s);
+  if (iequals(v, "none") || v == "0") return 0;
+  long long n;
+  std::string tmp(v);
+  if (parse_int(tmp.c_str(), 1, 64, &n)) return (n == SIGKILL || n == SIGSTOP) ? -1 : static_cast<int>(n);
+  if (v.size() > 3 && iequals(v.substr(0, 3), "SIG")) v.remove_prefix(3);
+  static constexpr struct {
+    const char* name;
+    int number;
+  } kNames[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+                {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
+                {"TTOU", SIGTTOU}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"VTALRM", SIGVTALRM},
+                {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},   {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+  for (const auto& k : kNames)
+    if (iequals(v, k.name)) return k.number;
+  if (v.size() > 5 && iequals(v.substr(0, 5), "RTMIN")) {
+    std::string off(v.substr(5));
+    if (parse_int(off.c_str(), 0, SIGRTMAX - SIGRTMIN, &n)) return SIGRTMIN + static_cast<int>(n);
+  }
+  return -1;
+}
+
+long process_rank(GetEnvFn getenv_fn) {
+  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"}) {
+    const char* v = getenv_fn(var);
+    if (!v || !*v) continue;
+    long long n;
+    return parse_int(v, 0, 1LL << 40, &n) ? static_cast<long>(n) : -1;
+  }
+  return -1;
+}
+
+bool rank_selected(const Config& c, long rank) {
+  if (c.rank_list.empty()) return true;
+  for (long r : c.rank_list)
+    if (r == rank) return true;
+  return false;
+}
+
 Config parse_config(GetEnvFn getenv_fn) {
   Config c;
   if (const char* v = getenv_fn("MEMTRACE_DEBUG")) {
@@ -160,6 +203,49 @@ Config parse_config(GetEnvFn getenv_fn) {
                 "free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot); "
                 "skipping none",
                 v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_SIGNAL")) {
+    int sig = parse_signal(v);
+    if (sig < 0)
+      log::warn("MEMTRACE_SIGNAL='{}' names no signal memtrace can catch (e.g. USR2, SIGUSR1, 40, none); "
+                "using USR2",
+                v);
+    else
+      c.dump_signal = sig;
+  }
+  if (const char* v = getenv_fn("MEMTRACE_INTERVAL")) {
+    char* end = nullptr;
+    errno = 0;
+    double d = std::strtod(v, &end);
+    bool ok = errno == 0 && end != v && trim(end).empty() && d >= 0 && d <= 1e7 && !std::isnan(d);
+    if (ok && d > 0 && d < 0.01) d = 0.01;  // a dump per 10 ms is already more than useful
+    if (ok)
+      c.interval_s = d;
+    else
+      log::warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_DUMP_ON_OOM")) {
+    if (!parse_bool(v, &c.dump_on_oom)) log::warn("MEMTRACE_DUMP_ON_OOM='{}' is not 0 or 1; using 1", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_RANKS")) {
+    std::vector<long> list;
+    bool ok = true;
+    std::string_view rest = v;
+    while (ok && !rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string item(trim(rest.substr(0, comma)));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (item.empty()) continue;
+      long long n;
+      ok = parse_int(item.c_str(), 0, 1LL << 40, &n);
+      if (ok) list.push_back(static_cast<long>(n));
+    }
+    if (ok) {
+      c.ranks = v;
+      c.rank_list = std::move(list);
+    } else {
+      log::warn("MEMTRACE_RANKS='{}' is not a comma list of rank numbers; recording every rank", v);
+    }
   }
   return c;
 }

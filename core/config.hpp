@@ -4,10 +4,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace memtrace {
 
 enum class StackMode : uint8_t { None, Native };
+
+// Reads the environment through a GetEnvFn (tests pass their own). Warnings go to stderr.
+using GetEnvFn = const char* (*)(const char*);
 
 struct Config {
   std::string output = "memtrace-%p.pickle";  // MEMTRACE_OUTPUT (template, see output/)
@@ -19,10 +23,22 @@ struct Config {
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
   bool debug = false;                         // MEMTRACE_DEBUG
+  int dump_signal = 12;                       // MEMTRACE_SIGNAL (SIGUSR2; 0 = none)
+  double interval_s = 0;                      // MEMTRACE_INTERVAL (0 = off)
+  bool dump_on_oom = true;                    // MEMTRACE_DUMP_ON_OOM
+  std::string ranks;                          // MEMTRACE_RANKS as given ("" = every rank)
+  std::vector<long> rank_list;                // ... parsed
 };
 
-// Reads the environment through `getenv_fn` (tests pass their own). Warnings go to stderr.
-using GetEnvFn = const char* (*)(const char*);
+// The process's rank from the usual launcher variables (RANK, OMPI_COMM_WORLD_RANK,
+// SLURM_PROCID, PMI_RANK, first set wins); -1 when none is set or it does not parse.
+long process_rank(GetEnvFn getenv_fn);
+// Whether this process records, given MEMTRACE_RANKS: every rank when the list is empty, and a
+// process with no rank only then.
+bool rank_selected(const Config& c, long rank);
+// "USR2", "SIGUSR2", "12" → 12; "none" → 0; -1 when it names no catchable signal.
+int parse_signal(const char* s);
+
 Config parse_config(GetEnvFn getenv_fn);
 
 // Helpers shared with the launcher and tests.

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/clock.hpp"
+#include "preload/dump_triggers.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 
@@ -63,6 +64,7 @@ void record_oom(Session& s, uint64_t size, uint64_t stream, void* caller) {
     if (info(&free_b, &total_b) != CUDA_SUCCESS) free_b = 0;
   }
   s.recorder.record_oom(dev, size, stream, free_b, capture_stack_id(s, caller), t_state.note);
+  note_oom_for_dump();
 }
 
 PendingFree::PendingFree(Session* s, uint64_t addr, uint64_t stream, void* caller) : s_(s) {

@@ -7,9 +7,12 @@
 
 #include <atomic>
 #include <new>
+#include <string>
+#include <string_view>
 
 #include "core/log.hpp"
 #include "output/dump.hpp"
+#include "preload/dump_triggers.hpp"
 #include "unwind/stack_capture.hpp"
 
 namespace memtrace::preload {
@@ -59,11 +62,19 @@ void fork_child() {
   g_session->stacks.clear();
   g_dump_sequence.store(0);
   t_state.in_hook = false;
+  dump_triggers_after_fork();
 }
 
-void initialise() {
-  Config cfg = parse_config([](const char* n) -> const char* { return getenv(n); });
+// False when MEMTRACE_RANKS leaves this process out: then nothing is recorded or written.
+bool initialise() {
+  GetEnvFn env = [](const char* n) -> const char* { return getenv(n); };
+  Config cfg = parse_config(env);
   log::set_debug(cfg.debug);
+  long rank = process_rank(env);
+  if (!rank_selected(cfg, rank)) {
+    log::debug("rank {} is not in MEMTRACE_RANKS={}: not recording", rank, cfg.ranks);
+    return false;
+  }
   Session* s = new (g_storage) Session();
   s->config = cfg;
   s->recorder.configure(cfg.max_entries, cfg.skip_actions);
@@ -71,9 +82,11 @@ void initialise() {
   g_session = s;
   pthread_atfork(nullptr, nullptr, &fork_child);
   atexit(&on_exit_dump);
+  start_dump_triggers(cfg);
   log::debug("recording: stacks={} depth={} max_entries={} output={}",
              cfg.stacks == StackMode::Native ? "native" : "none", cfg.stack_depth, cfg.max_entries,
              cfg.output);
+  return true;
 }
 
 }  // namespace
@@ -85,10 +98,10 @@ Session* session_if_active() {
   int expected = kUninitialised;
   if (g_state.compare_exchange_strong(expected, kInitialising, std::memory_order_acq_rel)) {
     t_state.in_hook = true;  // anything initialisation triggers passes straight through
-    initialise();
+    bool on = initialise();
     t_state.in_hook = false;
-    g_state.store(kReady, std::memory_order_release);
-    return g_session;
+    g_state.store(on ? kReady : kOff, std::memory_order_release);
+    return on ? g_session : nullptr;
   }
   // Another thread is initialising: it takes microseconds and calls no hook.
   while ((st = g_state.load(std::memory_order_acquire)) == kInitialising) sched_yield();
@@ -121,19 +134,46 @@ uint32_t capture_stack_id(Session& s, void* caller) {
   return s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep));
 }
 
+namespace {
+pthread_mutex_t g_dump_mutex = PTHREAD_MUTEX_INITIALIZER;
+bool g_exit_dump_done = false;  // under g_dump_mutex
+
+// Dumps other than the exit one must not overwrite each other or the exit snapshot: a
+// template without %n gets "-%n" before its extension.
+std::string template_for(const std::string& tmpl, bool at_exit) {
+  if (at_exit || tmpl.find("%n") != std::string::npos) return tmpl;
+  size_t slash = tmpl.rfind('/');
+  size_t dot = tmpl.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) || dot == slash + 1)
+    return tmpl + "-%n";
+  return tmpl.substr(0, dot) + "-%n" + tmpl.substr(dot);
+}
+}  // namespace
+
 void dump_now(const char* reason) {
   Session* s = session_if_active();
   if (!s) return;
   bool was = t_state.in_hook;
   t_state.in_hook = true;
-  StateCopy state = s->recorder.copy_state();
-  output::DumpRequest req;
-  req.path_template = s->config.output;
-  req.sequence = g_dump_sequence.fetch_add(1);
-  req.print_summary = s->config.summary;
-  req.include_frames = s->config.stacks != StackMode::None;
-  req.reason = reason;
-  output::dump_snapshot(state, s->stacks, req);
+  bool at_exit = std::string_view(reason) == "exit";
+  // One dump at a time; the exit dump waits for one in flight (its temporary file must not be
+  // left behind), and none starts after it.
+  pthread_mutex_lock(&g_dump_mutex);
+  if (!g_exit_dump_done) {
+    g_exit_dump_done = at_exit;
+    StateCopy state = s->recorder.copy_state();
+    output::DumpRequest req;
+    req.path_template = template_for(s->config.output, at_exit);
+    req.sequence = g_dump_sequence.fetch_add(1);
+    // The stderr summary belongs to the end of the run; on-demand dumps say one line.
+    req.print_summary = s->config.summary && at_exit;
+    req.include_frames = s->config.stacks != StackMode::None;
+    req.reason = reason;
+    output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
+    if (!at_exit && rep.written && s->config.summary)
+      log::info("{} snapshot: {} ({} bytes, {:.2f} s)", reason, rep.path, rep.bytes, rep.seconds);
+  }
+  pthread_mutex_unlock(&g_dump_mutex);
   t_state.in_hook = was;
 }
 

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "core/config.hpp"
@@ -58,6 +60,12 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
       {"MEMTRACE_SUMMARY", "maybe", "MEMTRACE_SUMMARY='maybe'"},
       {"MEMTRACE_STACKS", "python", "using native"},
       {"MEMTRACE_FREE_STACKS", "sometimes", "using 0"},
+      {"MEMTRACE_SIGNAL", "SIGFOO", "using USR2"},
+      {"MEMTRACE_SIGNAL", "9", "using USR2"},
+      {"MEMTRACE_INTERVAL", "soon", "interval dumps stay off"},
+      {"MEMTRACE_INTERVAL", "-1", "interval dumps stay off"},
+      {"MEMTRACE_DUMP_ON_OOM", "2", "using 1"},
+      {"MEMTRACE_RANKS", "0,x", "recording every rank"},
       {"MEMTRACE_STACK_DEPTH", "abc", "using 64"},
       {"MEMTRACE_STACK_DEPTH", "0", "using 64"},
       {"MEMTRACE_STACK_DEPTH", "1000", "using 64"},
@@ -104,4 +112,46 @@ TEST_CASE("segment actions cannot be skipped") {
   CHECK(out.find("MEMTRACE_SKIP_ACTIONS") != std::string::npos);
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
   CHECK(c.skip_actions == (1u << int(Action::Alloc)));
+}
+
+TEST_CASE("signals by name, number or none") {
+  CHECK(parse_signal("USR2") == SIGUSR2);
+  CHECK(parse_signal("SIGUSR1") == SIGUSR1);
+  CHECK(parse_signal("sigterm") == SIGTERM);
+  CHECK(parse_signal("40") == 40);
+  CHECK(parse_signal("RTMIN3") == SIGRTMIN + 3);
+  CHECK(parse_signal("none") == 0);
+  CHECK(parse_signal("KILL") == -1);
+  CHECK(parse_signal("9") == -1);  // SIGKILL cannot be caught
+  CHECK(parse_signal("") == -1);
+}
+
+TEST_CASE("interval, oom dumps and ranks") {
+  g_env = {{"MEMTRACE_INTERVAL", "0.5"}, {"MEMTRACE_DUMP_ON_OOM", "0"}, {"MEMTRACE_RANKS", "0, 3,7"},
+           {"MEMTRACE_SIGNAL", "SIGUSR1"}};
+  StderrCapture cap;
+  Config c = parse_config(&fake_getenv);
+  CHECK(cap.text().empty());
+  CHECK(c.interval_s == Approx(0.5));
+  CHECK_FALSE(c.dump_on_oom);
+  CHECK(c.dump_signal == SIGUSR1);
+  CHECK(c.rank_list == std::vector<long>{0, 3, 7});
+  CHECK(rank_selected(c, 3));
+  CHECK_FALSE(rank_selected(c, 1));
+  CHECK_FALSE(rank_selected(c, -1));  // no rank variable: not one of the listed ranks
+  Config every;
+  CHECK(rank_selected(every, -1));
+  CHECK(every.dump_signal == SIGUSR2);
+  CHECK(every.interval_s == 0);
+}
+
+TEST_CASE("rank from the launcher's variables, first set wins") {
+  g_env = {{"SLURM_PROCID", "5"}, {"PMI_RANK", "9"}};
+  CHECK(process_rank(&fake_getenv) == 5);
+  g_env = {{"RANK", "2"}, {"SLURM_PROCID", "5"}};
+  CHECK(process_rank(&fake_getenv) == 2);
+  g_env = {};
+  CHECK(process_rank(&fake_getenv) == -1);
+  g_env = {{"RANK", "abc"}};
+  CHECK(process_rank(&fake_getenv) == -1);
 }

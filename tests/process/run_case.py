@@ -327,8 +327,14 @@ class Result:
     def snapshots(self):
         return sorted(glob.glob(os.path.join(self.outdir, "*.pickle")))
 
+    def on_demand_snapshots(self):
+        """Snapshots taken before exit (signal, interval, out-of-memory): the default template
+        gets '-<n>' before its extension for them."""
+        return [f for f in self.snapshots() if re.search(r"-\d+-\d+\.pickle$", f)]
+
     def snapshot(self):
-        files = self.snapshots()
+        """The exit snapshot."""
+        files = [f for f in self.snapshots() if f not in self.on_demand_snapshots()]
         check(len(files) == 1, f"expected one snapshot in {self.outdir}, found {os.listdir(self.outdir)}"
                                f"\n{self.describe()}")
         return Snapshot(files[0])
@@ -893,6 +899,105 @@ def case_free_stacks(ctx):
         for addr, name in frees.items():
             check(name in expect, f"{env}: free of {hex(addr)} starts in {name!r}, expected one of {expect}")
         ctx.check_snapshot_tool(snap.path)
+
+
+# snapshots on demand --------------------------------------------------------------------------
+
+def check_on_demand(ctx, r, reason_word, at_least):
+    extra = r.on_demand_snapshots()
+    check(len(extra) >= at_least, f"{len(extra)} on-demand snapshots, expected at least {at_least}: "
+                                  f"{r.snapshots()}\n{r.describe()}")
+    for path in extra:
+        snap = Snapshot(path)
+        ctx.check_snapshot_tool(path)
+        reason = snap.data.get("allocator_settings", {}).get("memtrace", {}).get("reason")
+        check(reason == reason_word, f"{path}: reason {reason!r}, expected {reason_word!r}")
+        # A consistent cut: the 3 MiB buffer the program keeps is in every snapshot.
+        check(any(s["total_size"] == 3 << 20 for s in snap.segments), f"{path}: the kept 3 MiB buffer is missing")
+    check(any(f"{reason_word} snapshot:" in line for line in r.memtrace_lines()),
+          f"no '{reason_word} snapshot:' line on stderr\n{r.describe()}")
+
+
+@case
+def case_dump_signal(ctx):
+    """SIGUSR2 (the default MEMTRACE_SIGNAL) mid-run, 8 threads allocating: a consistent snapshot,
+    and the program runs on to its normal end and exit snapshot."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("dump_signal")
+    r = ctx.run([prog, "signal"])
+    expect_ok(r)
+    check_on_demand(ctx, r, "signal", 1)
+    ctx.check_snapshot_tool(r.snapshot().path)
+    # MEMTRACE_SIGNAL=none: the signal is the program's again (its default action ends it).
+    r = ctx.run([prog, "signal"], env={"MEMTRACE_SIGNAL": "none"})
+    check(r.rc == -12, f"with MEMTRACE_SIGNAL=none SIGUSR2 should end the program (status {r.rc})")
+    # Another signal by name, with the SIG prefix: USR2 is then left alone, also ending the program.
+    r = ctx.run([prog, "signal"], env={"MEMTRACE_SIGNAL": "SIGUSR1"})
+    check(r.rc == -12 and not r.on_demand_snapshots(), f"MEMTRACE_SIGNAL=SIGUSR1 still dumped on USR2\n{r.describe()}")
+
+
+@case
+def case_dump_interval(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("dump_signal")
+    r = ctx.run([prog, "interval"], env={"MEMTRACE_INTERVAL": "0.15"})
+    expect_ok(r)
+    check_on_demand(ctx, r, "interval", 2)
+    names = sorted(r.on_demand_snapshots())
+    check(len(set(names)) == len(names), "interval snapshots overwrote each other")
+
+
+@case
+def case_dump_oom(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("fault_oom")
+    r = ctx.run([prog], env={"SIMCUDA_MEMORY": "4M"})
+    expect_ok(r)
+    extra = r.on_demand_snapshots()
+    check(1 <= len(extra) <= 2, f"{len(extra)} out-of-memory snapshots for 2 out-of-memory errors: {r.snapshots()}")
+    for path in extra:
+        snap = Snapshot(path)
+        ctx.check_snapshot_tool(path)
+        check(snap.actions("oom"), f"{path}: an out-of-memory snapshot without an oom entry")
+        check(snap.data["allocator_settings"]["memtrace"]["reason"] == "oom", f"{path}: reason is not 'oom'")
+    r = ctx.run([prog], env={"SIMCUDA_MEMORY": "4M", "MEMTRACE_DUMP_ON_OOM": "0"})
+    expect_ok(r)
+    check(not r.on_demand_snapshots(), f"MEMTRACE_DUMP_ON_OOM=0 still dumped: {r.snapshots()}")
+
+
+@case
+def case_dropped_history(ctx):
+    """A ring far smaller than the history: the snapshot still satisfies the viewer's rules and
+    still holds every live allocation."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("dump_signal")
+    r = ctx.run([prog, "interval"], env={"MEMTRACE_MAX_ENTRIES": "50"})
+    expect_ok(r)
+    snap = r.snapshot()
+    meta = snap.data["allocator_settings"]["memtrace"]
+    check(meta["entries_dropped"] > 0, f"nothing was dropped: {meta}")
+    check(len(snap.entries()) <= 60, f"{len(snap.entries())} entries kept with MEMTRACE_MAX_ENTRIES=50")
+    check(any(s["total_size"] == 3 << 20 for s in snap.segments), "the kept 3 MiB buffer is missing")
+    ctx.check_snapshot_tool(snap.path)
+
+
+@case
+def case_rank_filter(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    r = ctx.run([prog], env={"RANK": "3", "MEMTRACE_RANKS": "0,2"})
+    expect_ok(r)
+    check(not r.snapshots() and not r.memtrace_lines(), f"rank 3 recorded with MEMTRACE_RANKS=0,2\n{r.describe()}")
+    r = ctx.run([prog], env={"RANK": "2", "MEMTRACE_RANKS": "0,2", "MEMTRACE_OUTPUT": None})
+    expect_ok(r)
+    r = ctx.run([prog], env={"SLURM_PROCID": "2", "MEMTRACE_RANKS": "0, 2"})
+    expect_ok(r)
+    check_against_program(r.snapshot(), r.out)
 
 
 # threads -------------------------------------------------------------------------------------

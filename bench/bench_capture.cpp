@@ -1,0 +1,125 @@
+// Cost of taking a stack, warm:
+//   unwind::capture(out, 32) called from 40 noinline frames deep (so 32 frames are really walked)
+//   StackTable::intern of a 32-frame stack the table already holds (the lock-free lookup path)
+//   StackTable::intern of a new 32-frame stack (insert path), for comparison
+//
+//   bench_capture [BATCHES [PER_BATCH]]   (default 2000 batches of 100 calls)
+//
+// Each batch is timed with steady_clock and divided by its size; median and min over batches, ns.
+// Not a test: figures depend on the machine.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "unwind/stack_capture.hpp"
+#include "unwind/stack_table.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double median, min;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front()};
+}
+
+int g_batches = 2000;
+int g_per_batch = 100;
+volatile int g_sink = 0;
+std::vector<double> g_capture_ns;
+int g_depth_seen = 0;
+
+__attribute__((noinline)) void measure_capture() {
+  uintptr_t buf[64];
+  for (int w = 0; w < 1000; ++w) g_sink = g_sink + memtrace::unwind::capture(buf, 32);  // warm the cache
+  g_capture_ns.reserve(static_cast<size_t>(g_batches));
+  for (int b = 0; b < g_batches; ++b) {
+    auto t0 = Clock::now();
+    int n = 0;
+    for (int i = 0; i < g_per_batch; ++i) n += memtrace::unwind::capture(buf, 32);
+    auto t1 = Clock::now();
+    g_sink = g_sink + n;
+    g_depth_seen = n / g_per_batch;
+    g_capture_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
+  }
+}
+
+// Distinct frames, not inlined, not a tail call (the volatile add after the call).
+__attribute__((noinline)) int recurse(int depth) {
+  if (depth == 0) {
+    measure_capture();
+    return g_sink;
+  }
+  int r = recurse(depth - 1);
+  g_sink = g_sink + 1;
+  return r + 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) g_batches = std::max(1, std::atoi(argv[1]));
+  if (argc > 2) g_per_batch = std::max(1, std::atoi(argv[2]));
+
+  recurse(40);
+  Stats cap = stats(g_capture_ns);
+
+  // intern of a known stack: a real 32-frame capture would do, but fixed addresses keep it exact.
+  memtrace::unwind::StackTable table;
+  std::vector<uintptr_t> stack(32);
+  for (int i = 0; i < 32; ++i) stack[static_cast<size_t>(i)] = 0x7f1234560000 + static_cast<uintptr_t>(i) * 0x1234 + 5;
+  // Some other stacks in the table so the index is not trivially small.
+  std::vector<uintptr_t> other(32);
+  for (uint32_t s = 0; s < 10000; ++s) {
+    for (int i = 0; i < 32; ++i) other[static_cast<size_t>(i)] = 0x7f0000000000 + s * 0x10000 + static_cast<uintptr_t>(i) * 8;
+    table.intern(other.data(), 32);
+  }
+  uint32_t id = table.intern(stack.data(), 32);
+  std::vector<double> known;
+  known.reserve(static_cast<size_t>(g_batches));
+  for (int w = 0; w < 1000; ++w) g_sink = g_sink + static_cast<int>(table.intern(stack.data(), 32));
+  bool same = true;
+  for (int b = 0; b < g_batches; ++b) {
+    auto t0 = Clock::now();
+    uint32_t acc = 0;
+    for (int i = 0; i < g_per_batch; ++i) acc |= table.intern(stack.data(), 32) ^ id;
+    auto t1 = Clock::now();
+    same = same && acc == 0;
+    known.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
+  }
+  Stats kn = stats(known);
+
+  // intern of new stacks (insert path).
+  std::vector<double> fresh;
+  uint32_t next = 20000;
+  for (int b = 0; b < std::min(g_batches, 500); ++b) {
+    std::vector<std::vector<uintptr_t>> stacks(static_cast<size_t>(g_per_batch), std::vector<uintptr_t>(32));
+    for (auto& s : stacks) {
+      for (int i = 0; i < 32; ++i) s[static_cast<size_t>(i)] = 0x7e0000000000 + uintptr_t{next} * 0x10000 + static_cast<uintptr_t>(i) * 8;
+      ++next;
+    }
+    auto t0 = Clock::now();
+    for (auto& s : stacks) g_sink = g_sink + static_cast<int>(table.intern(s.data(), 32));
+    auto t1 = Clock::now();
+    fresh.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
+  }
+  Stats fr = stats(fresh);
+
+  std::printf("%d batches x %d calls; ns per call\n", g_batches, g_per_batch);
+  std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d)\n", "unwind::capture, depth 32, warm", cap.median,
+              cap.min, g_depth_seen);
+  std::printf("  %-48s median %7.1f   min %7.1f   (same id every time: %s; table %zu stacks)\n",
+              "StackTable::intern, known 32-frame stack", kn.median, kn.min, same ? "yes" : "NO", table.size() - fresh.size() * static_cast<size_t>(g_per_batch));
+  std::printf("  %-48s median %7.1f   min %7.1f   (%zu stacks inserted)\n", "StackTable::intern, new 32-frame stack",
+              fr.median, fr.min, fresh.size() * static_cast<size_t>(g_per_batch));
+  std::printf("  %-48s median %7.1f   min %7.1f\n", "capture + intern (known): sums", cap.median + kn.median,
+              cap.min + kn.min);
+  return 0;
+}

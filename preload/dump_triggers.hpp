@@ -1,0 +1,23 @@
+// Snapshots on demand, besides the one at exit: on a signal (MEMTRACE_SIGNAL), every N seconds
+// (MEMTRACE_INTERVAL) and on out-of-memory (MEMTRACE_DUMP_ON_OOM, a few per run). The signal
+// handler only posts a semaphore; a memtrace thread, started lazily, takes the dump, so the
+// program's threads are held up only for the copy of the state.
+#pragma once
+
+#include "core/config.hpp"
+
+namespace memtrace::preload {
+
+enum DumpReason : unsigned { kDumpSignal = 1, kDumpInterval = 2 };
+
+// At session start: installs the signal handler (chaining to the program's) and, when a
+// signal or an interval is configured, starts the dump thread.
+void start_dump_triggers(const Config& c);
+// Async-signal-safe. Starts the dump thread if needed (not from a signal handler).
+void request_dump(DumpReason why);
+// An out-of-memory was recorded: dumps now, in the calling thread, at most a few times per run.
+void note_oom_for_dump();
+// In a forked child: the dump thread did not survive the fork.
+void dump_triggers_after_fork();
+
+}  // namespace memtrace::preload
