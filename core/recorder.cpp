@@ -208,6 +208,7 @@ StateCopy Recorder::copy_state() {
   c.dropped_entries = ring_.dropped();
   c.total_entries = ring_.total();
   c.ring_capacity = ring_.capacity();
+  c.ring_bytes = ring_.reserved_bytes();
   for (int i = 0; i < kMaxDevices; ++i) c.device[i] = device_[i];
   c.device_count = device_count_;
   c.host = host_;

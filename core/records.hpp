@@ -57,6 +57,10 @@ struct StateCopy {
   uint64_t time_us = 0;
   uint64_t unknown_frees = 0;   // frees of pointers memtrace never saw allocated
   uint64_t stale_replaced = 0;  // allocations reported at an address memtrace thought was live
+  // memtrace's own footprint, filled in by whoever owns the stack table
+  uint64_t distinct_stacks = 0;
+  uint64_t stack_table_bytes = 0;
+  uint64_t ring_bytes = 0;
 };
 
 }  // namespace memtrace

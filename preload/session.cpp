@@ -162,6 +162,8 @@ void dump_now(const char* reason) {
   if (!g_exit_dump_done) {
     g_exit_dump_done = at_exit;
     StateCopy state = s->recorder.copy_state();
+    state.distinct_stacks = s->stacks.size();
+    state.stack_table_bytes = s->stacks.memory_bytes();
     output::DumpRequest req;
     req.path_template = template_for(s->config.output, at_exit);
     req.sequence = g_dump_sequence.fetch_add(1);

@@ -137,3 +137,15 @@ TEST_CASE("largest live call sites skip the CUDA API frame and read innermost fi
   info.max_site_rows = 0;
   CHECK(format_summary(s, src, info).find("largest live call sites") == std::string::npos);
 }
+
+TEST_CASE("summary reports memtrace's own memory", "[summary]") {
+  t::FakeFrameSource src;
+  StateCopy s;
+  s.distinct_stacks = 12;
+  s.stack_table_bytes = 3u << 20;
+  s.ring_bytes = 28000000;
+  std::string text = format_summary(s, src, SummaryInfo{});
+  INFO(text);
+  CHECK(text.find("memtrace's own memory: 12 distinct stacks (3.0 MiB), history ring 26.7 MiB reserved") !=
+        std::string::npos);
+}
