@@ -19,6 +19,23 @@ import sys
 import tempfile
 
 
+def report_usage(torch) -> None:
+    """The figures memtrace's own are read against on a GPU: PyTorch's allocator, the driver
+    (device-wide, every process) and NVML (this process, including what no API hook sees)."""
+    free_b, total_b = torch.cuda.mem_get_info()
+    line = (f"at exit: PyTorch allocated {torch.cuda.memory_allocated()} reserved {torch.cuda.memory_reserved()}; "
+            f"driver used {total_b - free_b} of {total_b}")
+    try:
+        import subprocess
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        mine = [int(r.split(",")[1]) for r in out.splitlines() if r.split(",")[0].strip() == str(os.getpid())]
+        line += f"; NVML this process {sum(mine)} MiB" if mine else "; NVML: this process not listed"
+    except Exception as e:  # noqa: BLE001 - a missing nvidia-smi only loses one figure
+        line += f"; NVML: unavailable ({type(e).__name__})"
+    print(line)
+
+
 def main() -> int:
     try:
         import torch
@@ -66,6 +83,7 @@ def main() -> int:
 
     del a, b, c, small
     torch.cuda.empty_cache()
+    report_usage(torch)
     print(f"pytorch_example: done; PyTorch reserved {torch.cuda.memory_reserved()} bytes at the end")
     return 0
 
