@@ -22,37 +22,15 @@ class AddrMap {
 
   // Inserts or replaces. Returns false only if memory for growth could not be had.
   bool put(uint64_t key, const V& v) {
-    if ((size_ + 1) * 4 > cap_ * 3 && !grow()) return false;
-    size_t i = slot_of(key);
-    while (slots_[i].key != 0) {
-      if (slots_[i].key == key) {
-        slots_[i].value = v;
-        return true;
-      }
-      i = (i + 1) & (cap_ - 1);
-    }
-    slots_[i].key = key;
-    slots_[i].value = v;
-    ++size_;
-    return true;
+    bool existed;
+    return assign(key, v, nullptr, &existed);
   }
 
   // Inserts or replaces in one probe; *old receives the replaced value. True if one existed.
   bool exchange(uint64_t key, const V& v, V* old) {
-    if ((size_ + 1) * 4 > cap_ * 3 && !grow()) return false;
-    size_t i = slot_of(key);
-    while (slots_[i].key != 0) {
-      if (slots_[i].key == key) {
-        *old = slots_[i].value;
-        slots_[i].value = v;
-        return true;
-      }
-      i = (i + 1) & (cap_ - 1);
-    }
-    slots_[i].key = key;
-    slots_[i].value = v;
-    ++size_;
-    return false;
+    bool existed = false;
+    assign(key, v, old, &existed);
+    return existed;
   }
 
   V* find(uint64_t key) {
@@ -109,6 +87,25 @@ class AddrMap {
     uint64_t key;
     V value;
   };
+
+  bool assign(uint64_t key, const V& v, V* old, bool* existed) {
+    *existed = false;
+    if ((size_ + 1) * 4 > cap_ * 3 && !grow()) return false;
+    size_t i = slot_of(key);
+    while (slots_[i].key != 0) {
+      if (slots_[i].key == key) {
+        if (old) *old = slots_[i].value;
+        slots_[i].value = v;
+        *existed = true;
+        return true;
+      }
+      i = (i + 1) & (cap_ - 1);
+    }
+    slots_[i].key = key;
+    slots_[i].value = v;
+    ++size_;
+    return true;
+  }
 
   size_t slot_of(uint64_t key) const {
     // Addresses share low zero bits and high prefixes; a multiplicative mix spreads them.
