@@ -13,6 +13,8 @@
 
 namespace memtrace::preload {
 
+std::atomic<bool> g_restart_in_child{false};
+
 namespace {
 
 constexpr int kMaxOomDumps = 3;
@@ -143,7 +145,13 @@ void dump_triggers_after_fork() {
   g_pending.store(0);
   g_oom_dumps.store(0);
   sem_init(&g_wake, 0, 0);
-  if (g_signal > 0 || g_interval_s > 0) ensure_thread();
+  // Not started here: most forked children exec at once or never touch CUDA. The child's
+  // first hooked call starts it (resume_dump_thread_after_fork).
+  if (g_signal > 0 || g_interval_s > 0) g_restart_in_child.store(true, std::memory_order_relaxed);
+}
+
+void resume_dump_thread_after_fork_slow() {
+  if (g_restart_in_child.exchange(false)) ensure_thread();
 }
 
 }  // namespace memtrace::preload

@@ -4,6 +4,8 @@
 // program's threads are held up only for the copy of the state.
 #pragma once
 
+#include <atomic>
+
 #include "core/config.hpp"
 
 namespace memtrace::preload {
@@ -17,7 +19,13 @@ void start_dump_triggers(const Config& c);
 void request_dump(DumpReason why);
 // An out-of-memory was recorded: dumps now, in the calling thread, at most a few times per run.
 void note_oom_for_dump();
-// In a forked child: the dump thread did not survive the fork.
+// In a forked child: the dump thread did not survive the fork. It is started again by the
+// child's first hooked call, not in the fork handler.
 void dump_triggers_after_fork();
+extern std::atomic<bool> g_restart_in_child;
+void resume_dump_thread_after_fork_slow();
+inline void resume_dump_thread_after_fork() {
+  if (__builtin_expect(g_restart_in_child.load(std::memory_order_relaxed), 0)) resume_dump_thread_after_fork_slow();
+}
 
 }  // namespace memtrace::preload

@@ -93,7 +93,10 @@ bool initialise() {
 
 Session* session_if_active() {
   int st = g_state.load(std::memory_order_acquire);
-  if (st == kReady) return g_session;
+  if (st == kReady) {
+    resume_dump_thread_after_fork();
+    return g_session;
+  }
   if (st == kOff) return nullptr;
   int expected = kUninitialised;
   if (g_state.compare_exchange_strong(expected, kInitialising, std::memory_order_acq_rel)) {

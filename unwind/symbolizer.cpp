@@ -19,8 +19,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "unwind/module_map.hpp"
 
@@ -133,6 +137,146 @@ int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf
   return -1;
 }
 
+
+// A compilation unit's address-bearing DIE tree, walked once, answering what
+// dwarf_getscopes(cu, pc)[0] followed by dwarf_getscopes_die() would: the innermost DIE
+// containing pc and its physical parents. It mirrors libdw's scope walk: children are
+// visited in DIE order, a DIE without a range containing pc is pruned, and only DIEs that
+// may own scopes (lexical blocks, subprograms, inlined subroutines, namespaces, classes...)
+// are descended; the first child containing pc at each level is taken. DIEs that have no
+// address ranges can never contain pc, so they (and everything below them) are left out.
+// A unit that imports partial units (dwz) is marked unusable; the caller then asks libdw.
+bool may_have_scopes(int tag) {
+  switch (tag) {
+    case DW_TAG_compile_unit:
+    case DW_TAG_module:
+    case DW_TAG_lexical_block:
+    case DW_TAG_with_stmt:
+    case DW_TAG_catch_block:
+    case DW_TAG_try_block:
+    case DW_TAG_entry_point:
+    case DW_TAG_inlined_subroutine:
+    case DW_TAG_subprogram:
+    case DW_TAG_namespace:
+    case DW_TAG_class_type:
+    case DW_TAG_structure_type:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct ScopeIndex {
+  struct Range {
+    Dwarf_Addr low, high;
+    int node;  // a child, by preorder (= DIE order among siblings)
+  };
+  struct Children {
+    std::vector<Range> ranges;         // sorted by low
+    std::vector<Dwarf_Addr> max_high;  // running maximum of high over ranges
+  };
+  struct Node {
+    Dwarf_Die die{};
+    int parent = -1;  // -1: a child of the unit
+    int tag = 0;
+    int children = -1;  // index into kids, -1 when not descended / no address children
+    std::optional<std::string> name;
+    bool have_call = false;
+    std::string call_file;
+    int call_line = 0;
+  };
+  bool usable = true;
+  std::vector<Node> nodes;
+  std::vector<Children> kids;  // kids[0]: the unit's own children
+
+  explicit ScopeIndex(Dwarf_Die* cudie) {
+    kids.emplace_back();
+    walk(cudie, -1, 0, 0);
+    for (Children& c : kids) {
+      std::sort(c.ranges.begin(), c.ranges.end(), [](const Range& a, const Range& b) {
+        return a.low != b.low ? a.low < b.low : a.node < b.node;
+      });
+      c.max_high.resize(c.ranges.size());
+      Dwarf_Addr m = 0;
+      for (size_t i = 0; i < c.ranges.size(); ++i) c.max_high[i] = m = std::max(m, c.ranges[i].high);
+    }
+  }
+
+  void walk(Dwarf_Die* parent_die, int parent, int kids_slot, int depth) {
+    if (!usable || depth > 256) {
+      usable = false;
+      return;
+    }
+    Dwarf_Die child;
+    int r = dwarf_child(parent_die, &child);
+    if (r < 0) usable = false;
+    if (r != 0) return;
+    do {
+      int tag = dwarf_tag(&child);
+      if (tag == DW_TAG_imported_unit) {
+        usable = false;
+        return;
+      }
+      Dwarf_Addr base = 0, start = 0, end = 0;
+      ptrdiff_t off = 0;
+      int node = -1;
+      while ((off = dwarf_ranges(&child, off, &base, &start, &end)) > 0) {
+        if (node < 0) {
+          node = static_cast<int>(nodes.size());
+          Node& n = nodes.emplace_back();
+          n.die = child;
+          n.parent = parent;
+          n.tag = tag;
+        }
+        if (start < end) kids[kids_slot].ranges.push_back({start, end, node});
+      }
+      if (off < 0) {
+        usable = false;
+        return;
+      }
+      if (node >= 0 && may_have_scopes(tag) && dwarf_haschildren(&child) > 0) {
+        int slot = static_cast<int>(kids.size());
+        kids.emplace_back();
+        nodes[node].children = slot;
+        walk(&child, node, slot, depth + 1);
+        if (!usable) return;
+        if (kids[slot].ranges.empty()) {
+          kids.pop_back();
+          nodes[node].children = -1;
+        }
+      }
+    } while ((r = dwarf_siblingof(&child, &child)) == 0);
+    if (r < 0) usable = false;
+  }
+
+  // The first child (in DIE order) of kids[slot] containing pc, or -1.
+  int first_containing(int slot, Dwarf_Addr pc) const {
+    const Children& c = kids[slot];
+    auto it = std::upper_bound(c.ranges.begin(), c.ranges.end(), pc,
+                               [](Dwarf_Addr v, const Range& r) { return v < r.low; });
+    int best = -1;
+    for (size_t i = static_cast<size_t>(it - c.ranges.begin()); i-- > 0;) {
+      if (c.max_high[i] <= pc) break;
+      const Range& r = c.ranges[i];
+      if (r.high > pc && (best < 0 || r.node < best)) best = r.node;
+    }
+    return best;
+  }
+
+  // The innermost DIE containing pc, or -1.
+  int innermost(Dwarf_Addr pc) const {
+    int found = -1;
+    int slot = 0;
+    for (;;) {
+      int n = first_containing(slot, pc);
+      if (n < 0) return found;
+      found = n;
+      slot = nodes[n].children;
+      if (slot < 0) return found;
+    }
+  }
+};
+
 }  // namespace
 
 struct Symbolizer::Impl {
@@ -141,7 +285,16 @@ struct Symbolizer::Impl {
   Dwfl* dwfl = nullptr;
   std::deque<ModuleInfo> modules;  // a deque: module_of() hands out views of paths
   std::unordered_map<uintptr_t, std::vector<SymFrame>> cache;
+  // Per compilation unit (keyed by the address of its DIE in the mapped debug data), the
+  // scope index; cleared whenever the module list is re-read, since modules may have gone.
+  std::unordered_map<const void*, std::unique_ptr<ScopeIndex>> scope_indexes;
   uint64_t generation = 0;
+
+  ScopeIndex* scope_index(Dwarf_Die* cudie) {
+    auto& slot = scope_indexes[cudie->addr];
+    if (slot == nullptr) slot = std::make_unique<ScopeIndex>(cudie);
+    return slot->usable ? slot.get() : nullptr;
+  }
 
   Impl() {
     callbacks.find_elf = dwfl_linux_proc_find_elf;
@@ -160,6 +313,7 @@ struct Symbolizer::Impl {
   // Dwfl_Module (and its ELF/DWARF); new ones get a ModuleInfo through the userdata slot.
   void report() {
     generation = loader_generation();
+    scope_indexes.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -263,7 +417,33 @@ struct Symbolizer::Impl {
 
     // Inlined frames: the DIE nesting around the innermost scope at pc.
     bool have_function = false;
-    if (cudie != nullptr) {
+    ScopeIndex* index = cudie != nullptr ? scope_index(cudie) : nullptr;
+    if (index != nullptr) {
+      for (int i = index->innermost(pc - bias); i >= 0; i = index->nodes[i].parent) {
+        ScopeIndex::Node& node = index->nodes[i];
+        if (node.tag == DW_TAG_inlined_subroutine) {
+          if (!node.name) node.name = die_function_name(&node.die);
+          out.push_back({*node.name, file, line});
+          if (!node.have_call) {
+            call_site(&node.die, node.call_file, node.call_line);
+            node.have_call = true;
+          }
+          file = node.call_file;
+          line = node.call_line;
+        } else if (node.tag == DW_TAG_subprogram || node.tag == DW_TAG_entry_point) {
+          std::string fn = elf_name;
+          if (fn.empty()) {
+            if (!node.name) node.name = die_function_name(&node.die);
+            fn = *node.name;
+          }
+          if (!fn.empty()) {
+            out.push_back({std::move(fn), file, line});
+            have_function = true;
+          }
+          break;
+        }
+      }
+    } else if (cudie != nullptr) {
       Dwarf_Die* scopes = nullptr;
       int n = dwarf_getscopes(cudie, pc - bias, &scopes);
       if (n > 0) {
