@@ -196,6 +196,9 @@ void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
 
 StateCopy Recorder::copy_state() {
   StateCopy c;
+  // The cut: registry, handles and totals are copied under every lock, together with the
+  // ring's position. The ring itself, by far the largest part, is copied after the locks are
+  // released, so the program's threads wait only for the small part.
   for (Shard& s : shards_) s.lock.lock();
   handle_lock_.lock();
   ring_lock_.lock();
@@ -204,11 +207,8 @@ StateCopy Recorder::copy_state() {
   c.live.reserve(n);
   for (Shard& s : shards_) s.live.for_each([&](uint64_t, const AllocRecord& r) { c.live.push_back(r); });
   handles_.for_each([&](uint64_t, const HandleRecord& h) { c.handles.push_back(h); });
-  ring_.copy_to(&c.trace);
-  c.dropped_entries = ring_.dropped();
-  c.total_entries = ring_.total();
-  c.ring_capacity = ring_.capacity();
-  c.ring_bytes = ring_.reserved_bytes();
+  const uint64_t cut = ring_.total();
+  const uint64_t cap = ring_.capacity();
   for (int i = 0; i < kMaxDevices; ++i) c.device[i] = device_[i];
   c.device_count = device_count_;
   c.host = host_;
@@ -217,8 +217,28 @@ StateCopy Recorder::copy_state() {
   ring_lock_.unlock();
   handle_lock_.unlock();
   for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
+
+  uint64_t first = cut > cap ? cut - cap : 0;
+  ring_.copy_range(first, cut, &c.trace);
+  uint64_t after;
+  {
+    SpinGuard rg(ring_lock_);  // every push that started has finished
+    after = ring_.total();
+  }
+  // Pushes made while copying reused the slots of the oldest entries: those copies may be torn.
+  // What is kept is still an unbroken suffix of the history up to the cut, which the viewer
+  // reads like any truncated history.
+  uint64_t valid_from = after > cap ? after - cap : 0;
+  if (valid_from > first) {
+    uint64_t lost = std::min<uint64_t>(valid_from - first, c.trace.size());
+    c.trace.erase(c.trace.begin(), c.trace.begin() + static_cast<std::ptrdiff_t>(lost));
+    first += lost;
+  }
+  c.dropped_entries = first;
+  c.total_entries = cut;
+  c.ring_capacity = cap;
+  c.ring_bytes = ring_.reserved_bytes();
   c.unknown_frees = unknown_frees_.load(std::memory_order_relaxed);
-  // Sorting happens outside the locks: the program's threads are already running again.
   std::sort(c.live.begin(), c.live.end(), [](const AllocRecord& a, const AllocRecord& b) {
     bool ha = is_host(a.kind), hb = is_host(b.kind);
     if (ha != hb) return hb;

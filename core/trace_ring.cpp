@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+
 namespace memtrace {
 
 TraceRing::~TraceRing() {
@@ -12,7 +14,7 @@ bool TraceRing::reset(size_t capacity) {
   if (entries_) munmap(entries_, reserved_bytes());
   entries_ = nullptr;
   capacity_ = 0;
-  total_ = 0;
+  total_.store(0);
   if (capacity == 0) return true;
   void* p = mmap(nullptr, capacity * sizeof(TraceEntry), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -23,11 +25,21 @@ bool TraceRing::reset(size_t capacity) {
 }
 
 void TraceRing::copy_to(std::vector<TraceEntry>* out) const {
-  if (capacity_ == 0 || total_ == 0) return;
-  uint64_t kept = total_ < capacity_ ? total_ : capacity_;
-  uint64_t first = total_ - kept;
-  out->reserve(out->size() + kept);
-  for (uint64_t i = first; i < total_; ++i) out->push_back(entries_[i % capacity_]);
+  uint64_t t = total();
+  copy_range(t > capacity_ ? t - capacity_ : 0, t, out);
+}
+
+void TraceRing::copy_range(uint64_t from, uint64_t to, std::vector<TraceEntry>* out) const {
+  if (capacity_ == 0 || to <= from) return;
+  out->reserve(out->size() + (to - from));
+  // Two contiguous runs at most: memcpy-speed copies of the flat array.
+  uint64_t i = from;
+  while (i < to) {
+    size_t slot = static_cast<size_t>(i % capacity_);
+    size_t run = static_cast<size_t>(std::min<uint64_t>(to - i, capacity_ - slot));
+    out->insert(out->end(), entries_ + slot, entries_ + slot + run);
+    i += run;
+  }
 }
 
 }  // namespace memtrace

@@ -2,6 +2,7 @@
 // Storage is one anonymous mapping reserved up front, so the bound is known at start
 // and pages cost RAM only once the program has produced that many events.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -20,25 +21,33 @@ class TraceRing {
   // Sets the capacity (entries). Drops any history. Returns false if the mapping failed
   // (the ring then records nothing, and says so through capacity() == 0).
   bool reset(size_t capacity);
-  // Not thread-safe: the recorder serialises pushes.
+  // Pushes are serialised by the caller (the recorder's ring lock).
   void push(const TraceEntry& e) {
     if (capacity_ == 0) return;
-    entries_[total_ % capacity_] = e;
-    ++total_;
+    uint64_t t = total_.load(std::memory_order_relaxed);
+    entries_[t % capacity_] = e;
+    total_.store(t + 1, std::memory_order_release);
   }
   // Appends the kept entries, oldest first.
   void copy_to(std::vector<TraceEntry>* out) const;
-  void clear() { total_ = 0; }
+  // Appends entries [from, to) by sequence number, oldest first, without any lock: pushes may
+  // run meanwhile and overwrite the oldest of them. The caller learns which ones survived
+  // from total() read afterwards (see Recorder::copy_state).
+  void copy_range(uint64_t from, uint64_t to, std::vector<TraceEntry>* out) const;
+  void clear() { total_.store(0, std::memory_order_relaxed); }
 
   size_t capacity() const { return capacity_; }
-  uint64_t total() const { return total_; }
-  uint64_t dropped() const { return total_ > capacity_ ? total_ - capacity_ : 0; }
+  uint64_t total() const { return total_.load(std::memory_order_acquire); }
+  uint64_t dropped() const {
+    uint64_t t = total();
+    return t > capacity_ ? t - capacity_ : 0;
+  }
   size_t reserved_bytes() const { return capacity_ * sizeof(TraceEntry); }
 
  private:
   TraceEntry* entries_ = nullptr;
   size_t capacity_ = 0;
-  uint64_t total_ = 0;
+  std::atomic<uint64_t> total_{0};
 };
 
 }  // namespace memtrace
