@@ -194,8 +194,22 @@ void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
   }
 }
 
-StateCopy Recorder::copy_state() {
+StateCopy Recorder::copy_state() { return copy_state_impl(false); }
+
+StateCopy Recorder::copy_state_locked() { return copy_state_impl(true); }
+
+StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   StateCopy c;
+  // Memory for the copies is faulted in before any lock is taken: on a virtual machine a page
+  // fault costs microseconds, and the program's threads must not wait for thousands of them.
+  size_t estimate = 64;
+  for (Shard& s : shards_) estimate += s.live.size() + s.live.size() / 8;  // racy read: a hint
+  c.live.resize(estimate);
+  c.live.clear();
+  if (ring_under_locks) {
+    c.trace.resize(ring_.capacity());
+    c.trace.clear();
+  }
   // The cut: registry, handles and totals are copied under every lock, together with the
   // ring's position. The ring itself, by far the largest part, is copied after the locks are
   // released, so the program's threads wait only for the small part.
@@ -209,6 +223,7 @@ StateCopy Recorder::copy_state() {
   handles_.for_each([&](uint64_t, const HandleRecord& h) { c.handles.push_back(h); });
   const uint64_t cut = ring_.total();
   const uint64_t cap = ring_.capacity();
+  if (ring_under_locks) ring_.copy_range(cut > cap ? cut - cap : 0, cut, &c.trace);
   for (int i = 0; i < kMaxDevices; ++i) c.device[i] = device_[i];
   c.device_count = device_count_;
   c.host = host_;
@@ -219,9 +234,9 @@ StateCopy Recorder::copy_state() {
   for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
 
   uint64_t first = cut > cap ? cut - cap : 0;
-  ring_.copy_range(first, cut, &c.trace);
-  uint64_t after;
-  {
+  uint64_t after = cut;  // with the ring copied under the locks nothing can be torn
+  if (!ring_under_locks) {
+    ring_.copy_range(first, cut, &c.trace);
     SpinGuard rg(ring_lock_);  // every push that started has finished
     after = ring_.total();
   }
@@ -231,6 +246,12 @@ StateCopy Recorder::copy_state() {
   uint64_t valid_from = after > cap ? after - cap : 0;
   if (valid_from > first) {
     uint64_t lost = std::min<uint64_t>(valid_from - first, c.trace.size());
+    if (lost * 4 > c.trace.size()) {
+      // The program allocates faster than the ring can be copied: losing more than a quarter
+      // of the history to save the pause is a bad trade. Take the cut again, ring included,
+      // under the locks.
+      return copy_state_locked();
+    }
     c.trace.erase(c.trace.begin(), c.trace.begin() + static_cast<std::ptrdiff_t>(lost));
     first += lost;
   }

@@ -53,6 +53,9 @@ class Recorder {
   void purge_context(uint64_t ctx, uint32_t kind_mask);
   static constexpr uint32_t kind_bit(MemKind k) { return 1u << static_cast<int>(k); }
 
+  // A consistent cut. The history ring is copied after the locks are released; if the program
+  // overwrote more than a quarter of it meanwhile, the cut is taken again with the ring copied
+  // under the locks.
   StateCopy copy_state();
   // In a forked child: the child owns no device memory.
   void reset_after_fork();
@@ -67,6 +70,8 @@ class Recorder {
   };
   Shard& shard_of(uint64_t addr) { return shards_[(addr >> 9) * 0x9E3779B97F4A7C15ull >> 59]; }
   void push(const TraceEntry& e);  // caller holds ring_lock_
+  StateCopy copy_state_locked();
+  StateCopy copy_state_impl(bool ring_under_locks);
   void emit_alloc(const AllocRecord& r);
   void emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t);
   void account(const AllocRecord& r, int64_t sign);         // caller holds ring_lock_
