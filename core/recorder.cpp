@@ -19,13 +19,8 @@ void Recorder::push(const TraceEntry& e) {
 
 // Usage statistics live under the ring lock: every event already holds it, so the totals move
 // together with the history and a dump sees both at the same instant.
-void Recorder::account_bytes(bool host, int device, int64_t delta) {
-  UsageStats* u = &host_;
-  if (!host) {
-    if (device < 0 || device >= kMaxDevices) return;
-    u = &device_[device];
-    if (device + 1 > device_count_) device_count_ = device + 1;
-  }
+namespace {
+void add_usage(UsageStats* u, int64_t delta) {
   if (delta >= 0) {
     u->current += static_cast<uint64_t>(delta);
     u->allocations += 1;
@@ -35,6 +30,18 @@ void Recorder::account_bytes(bool host, int device, int64_t delta) {
     u->current = u->current >= d ? u->current - d : 0;
   }
 }
+}  // namespace
+
+void Recorder::account_bytes(bool host, int device, uint16_t owner, int64_t delta) {
+  if (host) {
+    add_usage(&host_, delta);
+    return;
+  }
+  if (device < 0 || device >= kMaxDevices) return;
+  if (device + 1 > device_count_) device_count_ = device + 1;
+  add_usage(&device_[device], delta);
+  if (owner < kMaxOwners) add_usage(&owner_device_[owner], delta);
+}
 
 void Recorder::account(const AllocRecord& r, int64_t sign) {
   if (r.kind == MemKind::VmmMapping) {
@@ -42,7 +49,7 @@ void Recorder::account(const AllocRecord& r, int64_t sign) {
     if (r.device >= 0 && r.device < kMaxDevices && r.device + 1 > device_count_) device_count_ = r.device + 1;
     return;
   }
-  account_bytes(is_host(r.kind), r.device, sign * static_cast<int64_t>(r.size));
+  account_bytes(is_host(r.kind), r.device, r.owner, sign * static_cast<int64_t>(r.size));
 }
 
 void Recorder::emit_alloc(const AllocRecord& r) {
@@ -146,7 +153,7 @@ void Recorder::handle_created(const HandleRecord& h) {
     handles_.put(h.handle, h);
   }
   SpinGuard rg(ring_lock_);
-  account_bytes(h.host, h.device, static_cast<int64_t>(h.size));
+  account_bytes(h.host, h.device, h.owner, static_cast<int64_t>(h.size));
 }
 
 void Recorder::handle_ref(uint64_t handle, int delta) {
@@ -160,7 +167,7 @@ void Recorder::handle_ref(uint64_t handle, int delta) {
     handles_.take(handle, &gone);
   }
   SpinGuard rg(ring_lock_);
-  account_bytes(gone.host, gone.device, -static_cast<int64_t>(gone.size));
+  account_bytes(gone.host, gone.device, gone.owner, -static_cast<int64_t>(gone.size));
 }
 
 bool Recorder::handle_info(uint64_t handle, HandleRecord* out) {
@@ -225,6 +232,7 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   const uint64_t cap = ring_.capacity();
   if (ring_under_locks) ring_.copy_range(cut > cap ? cut - cap : 0, cut, &c.trace);
   for (int i = 0; i < kMaxDevices; ++i) c.device[i] = device_[i];
+  for (int i = 0; i < kMaxOwners; ++i) c.owner_device[i] = owner_device_[i];
   c.device_count = device_count_;
   c.host = host_;
   c.stale_replaced = stale_replaced_;
@@ -281,6 +289,7 @@ void Recorder::reset_after_fork() {
   ring_lock_.reset();
   ring_.clear();
   for (auto& d : device_) d = UsageStats{};
+  for (auto& o : owner_device_) o = UsageStats{};
   host_ = UsageStats{};
   device_count_ = 0;
   unknown_frees_.store(0);

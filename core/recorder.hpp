@@ -75,7 +75,7 @@ class Recorder {
   void emit_alloc(const AllocRecord& r);
   void emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t);
   void account(const AllocRecord& r, int64_t sign);         // caller holds ring_lock_
-  void account_bytes(bool host, int device, int64_t delta);  // caller holds ring_lock_
+  void account_bytes(bool host, int device, uint16_t owner, int64_t delta);  // caller holds ring_lock_
 
   Shard shards_[kShards];
   SpinLock handle_lock_;
@@ -87,6 +87,7 @@ class Recorder {
   // Guarded by ring_lock_:
   UsageStats device_[kMaxDevices];
   UsageStats host_;
+  UsageStats owner_device_[kMaxOwners];
   int device_count_ = 0;
   std::atomic<uint64_t> unknown_frees_{0};
   uint64_t stale_replaced_ = 0;

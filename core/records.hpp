@@ -1,6 +1,7 @@
 // What the registry keeps about live memory, and the copy a dump works from.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/event.hpp"
@@ -8,6 +9,8 @@
 namespace memtrace {
 
 constexpr int kMaxDevices = 64;
+// Owners (libraries that asked for memory) are small ids given by the hook side; 0 = not known.
+constexpr int kMaxOwners = 256;
 
 // One live allocation. Without the caching allocator it is one snapshot segment holding one block.
 struct AllocRecord {
@@ -20,6 +23,7 @@ struct AllocRecord {
   uint64_t handle = 0;  // VmmMapping: the physical allocation handle mapped here
   const char* note = nullptr;
   uint32_t stack_id = 0;
+  uint16_t owner = 0;
   int16_t device = 0;  // -1 for host memory not tied to a device
   MemKind kind = MemKind::Device;
 };
@@ -32,6 +36,7 @@ struct HandleRecord {
   uint64_t ctx = 0;
   uint64_t time_us = 0;
   uint32_t stack_id = 0;
+  uint16_t owner = 0;
   int32_t refs = 0;
   int16_t device = 0;
   bool host = false;  // location HOST / HOST_NUMA: pinned host memory, not device memory
@@ -54,6 +59,8 @@ struct StateCopy {
   UsageStats device[kMaxDevices];
   int device_count = 0;  // highest device index seen + 1
   UsageStats host;
+  UsageStats owner_device[kMaxOwners];  // device bytes by owner id
+  std::vector<std::string> owner_names;  // by owner id, filled in by whoever names owners
   uint64_t time_us = 0;
   uint64_t unknown_frees = 0;   // frees of pointers memtrace never saw allocated
   uint64_t stale_replaced = 0;  // allocations reported at an address memtrace thought was live

@@ -139,6 +139,27 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
     }
   }
 
+  // Device memory by owner over the whole run: what each holds now and its own peak.
+  if (!s.owner_names.empty()) {
+    struct Row {
+      std::string_view name;
+      UsageStats u;
+    };
+    std::vector<Row> rows;
+    for (size_t i = 0; i < s.owner_names.size() && i < static_cast<size_t>(kMaxOwners); ++i)
+      if (s.owner_device[i].peak > 0) rows.push_back(Row{s.owner_names[i], s.owner_device[i]});
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.u.peak != b.u.peak ? a.u.peak > b.u.peak : a.name < b.name;
+    });
+    if (!rows.empty()) put_line(out, "  device memory by owner (now / peak):");
+    size_t shown = std::min(rows.size(), std::max<size_t>(info.max_owner_rows, 1));
+    for (size_t i = 0; i < shown; ++i)
+      put_line(out, "    {:<16}  {:>10} / {:>10}  in {} allocation{}", rows[i].name.substr(0, 32),
+               human_bytes(rows[i].u.current), human_bytes(rows[i].u.peak), rows[i].u.allocations,
+               rows[i].u.allocations == 1 ? "" : "s");
+    if (shown < rows.size()) put_line(out, "    ({} more owners)", rows.size() - shown);
+  }
+
   // Where the live memory was allocated: the largest call sites, by bytes.
   if (!s.live.empty() && info.max_site_rows > 0) {
     struct Site {

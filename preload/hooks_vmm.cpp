@@ -31,6 +31,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHa
     h.time_us = now_us();
     h.refs = 1;
     h.stack_id = capture_stack_id(*s, __builtin_return_address(0));
+    h.owner = s->owners.owner_of(h.stack_id, s->stacks);
     s->recorder.handle_created(h);
   } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     record_oom(*s, size, 0, __builtin_return_address(0));

@@ -53,6 +53,7 @@ void record_alloc(Session& s, const NewAlloc& a, void* caller) {
   r.time_us = now_us();
   r.note = t_state.note;
   r.stack_id = capture_stack_id(s, caller);
+  r.owner = s.owners.owner_of(r.stack_id, s.stacks);
   s.recorder.record_alloc(r);
 }
 

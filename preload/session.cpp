@@ -60,6 +60,7 @@ void fork_child() {
   if (!g_session) return;
   g_session->recorder.reset_after_fork();
   g_session->stacks.clear();
+  g_session->owners.clear();
   g_dump_sequence.store(0);
   t_state.in_hook = false;
   dump_triggers_after_fork();
@@ -167,6 +168,7 @@ void dump_now(const char* reason) {
     StateCopy state = s->recorder.copy_state();
     state.distinct_stacks = s->stacks.size();
     state.stack_table_bytes = s->stacks.memory_bytes();
+    state.owner_names = s->owners.names();
     output::DumpRequest req;
     req.path_template = template_for(s->config.output, at_exit);
     req.sequence = g_dump_sequence.fetch_add(1);

@@ -6,6 +6,7 @@
 
 #include "core/config.hpp"
 #include "core/recorder.hpp"
+#include "preload/owners.hpp"
 #include "unwind/stack_table.hpp"
 
 namespace memtrace::preload {
@@ -14,6 +15,7 @@ struct Session {
   Config config;
   Recorder recorder;
   unwind::StackTable stacks;
+  OwnerTable owners;
 };
 
 // The session if recording is on, else null. Safe to call from any thread, any time.

@@ -277,8 +277,233 @@ struct ScopeIndex {
   }
 };
 
+// A module's ELF symbol table, read once, answering exactly what dwfl_module_addrinfo(mod,
+// addr) answers (elfutils 0.188, libdwfl/dwfl_module_addrsym.c) without its per-address scan
+// of every symbol. The rules it reproduces:
+//  - Eligible: a non-empty name, st_shndx != SHN_UNDEF, value <= addr, type not STT_SECTION,
+//    STT_FILE or STT_TLS (objects and untyped labels count, not only functions).
+//  - Two passes: the globals [first_global, n) first (from 1 when first_global is 0); the
+//    locals [1, first_global) only when the globals gave no sized symbol containing addr and
+//    no sizeless global sits exactly at addr.
+//  - A sized symbol containing addr (addr - value < st_size) always wins over sizeless ones.
+//    Within a pass they are folded in table order: a candidate replaces the current one if
+//    its value is higher or its binding (GLOBAL 3 > WEAK 2 > LOCAL 1 > other 0) is better;
+//    at an equal value a smaller size with a binding no worse also replaces. The fold is
+//    order dependent, so it is run here too, once per stretch of addresses covered by the
+//    same set of containing symbols.
+//  - Otherwise a sizeless symbol: with M the highest value + st_size over the eligible
+//    symbols of the passes run, the last one (in scan order) of the sizeless ones at value M
+//    that lie in addr's section (by libdwfl's section lookup; for SHN_ABS and other reserved
+//    indices, or non-allocated sections, only value == addr). Nothing at all when none does:
+//    an address past a sized symbol's end with no label after it gets no name.
+// Symbol values are not "resolved" (function descriptors, ppc64 ELFv1 .opd): libdwfl does
+// that only for ppc64; elsewhere dwfl_module_addrinfo sees the values dwfl_module_getsym_info
+// returns, as this index does.
+class SymbolIndex {
+ public:
+  explicit SymbolIndex(Dwfl_Module* mod) : mod_(mod) {
+    int n = dwfl_module_getsymtab(mod);
+    if (n < 0) return;
+    first_global_ = dwfl_module_getsymtab_first_global(mod);
+    if (first_global_ < 0) return;
+    usable_ = true;
+    globals_.build(mod, first_global_ == 0 ? 1 : first_global_, n);
+    if (first_global_ > 1) locals_.build(mod, 1, first_global_);
+  }
+
+  // The name dwfl_module_addrinfo would give addr, or null.
+  const char* lookup(GElf_Addr addr) const {
+    if (!usable_) return nullptr;
+    if (const Sym* s = globals_.sized_at(addr)) return s->name;
+    const bool locals = first_global_ > 1 && !globals_.sizeless_at(addr);
+    if (locals) {
+      if (const Sym* s = locals_.sized_at(addr)) return s->name;
+    }
+    GElf_Addr m = globals_.max_end(addr);
+    if (locals) m = std::max(m, locals_.max_end(addr));
+    // Later in scan order wins: the locals pass comes after the globals pass.
+    if (locals) {
+      if (const Sym* s = locals_.last_sizeless(m, addr, *this)) return s->name;
+    }
+    if (const Sym* s = globals_.last_sizeless(m, addr, *this)) return s->name;
+    return nullptr;
+  }
+
+ private:
+  struct Sym {
+    GElf_Addr value;
+    GElf_Xword size;
+    const char* name;
+    GElf_Word shndx;  // as dwfl_module_getsym_info gives it: -1 for a non-allocated section
+    int ndx;          // index in the module's symbol table: the scan order
+    int bind;         // binding_value()
+  };
+
+  static int binding_value(unsigned char info) {
+    switch (GELF_ST_BIND(info)) {
+      case STB_GLOBAL: return 3;
+      case STB_WEAK: return 2;
+      case STB_LOCAL: return 1;
+      default: return 0;
+    }
+  }
+
+  // libdwfl's section of an address (its find_section, through the public entry point that
+  // uses it): the section index, or SHN_UNDEF.
+  size_t section_of(GElf_Addr addr) const {
+    Dwarf_Addr a = addr, bias = 0;
+    Elf_Scn* scn = dwfl_module_address_section(mod_, &a, &bias);
+    return scn != nullptr ? elf_ndxscn(scn) : SHN_UNDEF;
+  }
+
+  struct Table {
+    std::vector<Sym> syms;            // eligible symbols, by (value, ndx)
+    std::vector<GElf_Addr> values;    // syms[i].value
+    std::vector<GElf_Addr> max_ends;  // max of value + size (wrapping as libdwfl's) over syms[0..i]
+    std::vector<int> sizeless;        // indices into syms of the st_size == 0 ones (same order)
+    std::vector<GElf_Addr> seg_start; // stretches of addresses with one sized winner
+    std::vector<int> seg_winner;      // index into syms, or -1
+
+    void build(Dwfl_Module* mod, int from, int to) {
+      for (int i = from; i < to; ++i) {
+        GElf_Sym sym;
+        GElf_Addr value = 0;
+        GElf_Word shndx = 0;
+        const char* name = dwfl_module_getsym_info(mod, i, &sym, &value, &shndx, nullptr, nullptr);
+        if (name == nullptr || name[0] == '\0' || sym.st_shndx == SHN_UNDEF) continue;
+        int type = GELF_ST_TYPE(sym.st_info);
+        if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+        syms.push_back({value, sym.st_size, name, shndx, i, binding_value(sym.st_info)});
+      }
+      std::sort(syms.begin(), syms.end(), [](const Sym& a, const Sym& b) {
+        return a.value != b.value ? a.value < b.value : a.ndx < b.ndx;
+      });
+      values.reserve(syms.size());
+      max_ends.reserve(syms.size());
+      GElf_Addr m = 0;
+      for (size_t i = 0; i < syms.size(); ++i) {
+        values.push_back(syms[i].value);
+        GElf_Addr end = syms[i].value + syms[i].size;
+        if (end > m) m = end;
+        max_ends.push_back(m);
+        if (syms[i].size == 0) sizeless.push_back(static_cast<int>(i));
+      }
+      build_segments();
+    }
+
+    // Sweep over the sized symbols' starts and ends; between two consecutive boundaries the
+    // set of containing symbols is fixed, and libdwfl's fold over it (in table order) gives
+    // the winner.
+    void build_segments() {
+      struct Event {
+        GElf_Addr at;
+        bool start;
+        int sym;
+      };
+      std::vector<Event> events;
+      for (size_t i = 0; i < syms.size(); ++i) {
+        if (syms[i].size == 0) continue;
+        GElf_Addr end = syms[i].value + syms[i].size;
+        if (end < syms[i].value) end = ~GElf_Addr{0};  // wraps: covers the rest of the space
+        events.push_back({syms[i].value, true, static_cast<int>(i)});
+        events.push_back({end, false, static_cast<int>(i)});
+      }
+      std::sort(events.begin(), events.end(),
+                [](const Event& a, const Event& b) { return a.at < b.at; });
+      std::vector<int> active;  // indices into syms, by ndx (table order)
+      auto by_ndx = [this](int a, int b) { return syms[a].ndx < syms[b].ndx; };
+      for (size_t e = 0; e < events.size();) {
+        GElf_Addr at = events[e].at;
+        for (; e < events.size() && events[e].at == at; ++e) {
+          int s = events[e].sym;
+          auto pos = std::lower_bound(active.begin(), active.end(), s, by_ndx);
+          if (events[e].start) {
+            active.insert(pos, s);
+          } else {
+            active.erase(pos);
+          }
+        }
+        int winner = fold(active);
+        if (seg_winner.empty() || seg_winner.back() != winner) {
+          seg_start.push_back(at);
+          seg_winner.push_back(winner);
+        }
+      }
+    }
+
+    // try_sym_value's choice among sized symbols containing the address, in table order.
+    int fold(const std::vector<int>& active) const {
+      int best = -1;
+      for (int i : active) {
+        const Sym& s = syms[i];
+        if (best < 0) {
+          best = i;
+          continue;
+        }
+        const Sym& b = syms[best];
+        if (b.value < s.value || b.bind < s.bind) {
+          best = i;
+        } else if (b.value == s.value && ((b.size > s.size && b.bind <= s.bind) ||
+                                          (b.size >= s.size && b.bind < s.bind))) {
+          best = i;
+        }
+      }
+      return best;
+    }
+
+    const Sym* sized_at(GElf_Addr addr) const {
+      auto it = std::upper_bound(seg_start.begin(), seg_start.end(), addr);
+      if (it == seg_start.begin()) return nullptr;
+      int w = seg_winner[(it - seg_start.begin()) - 1];
+      return w >= 0 ? &syms[w] : nullptr;
+    }
+
+    // Whether an eligible sizeless symbol sits exactly at addr.
+    bool sizeless_at(GElf_Addr addr) const {
+      auto it = std::lower_bound(sizeless.begin(), sizeless.end(), addr,
+                                 [this](int i, GElf_Addr a) { return syms[i].value < a; });
+      return it != sizeless.end() && syms[*it].value == addr;
+    }
+
+    // libdwfl's min_label after scanning this table for addr: 0 when nothing is eligible.
+    GElf_Addr max_end(GElf_Addr addr) const {
+      auto it = std::upper_bound(values.begin(), values.end(), addr);
+      return it == values.begin() ? 0 : max_ends[(it - values.begin()) - 1];
+    }
+
+    // The last (highest ndx) eligible sizeless symbol at value m in addr's section.
+    const Sym* last_sizeless(GElf_Addr m, GElf_Addr addr, const SymbolIndex& index) const {
+      if (m > addr) return nullptr;
+      auto lo = std::lower_bound(sizeless.begin(), sizeless.end(), m,
+                                 [this](int i, GElf_Addr a) { return syms[i].value < a; });
+      auto hi = lo;
+      while (hi != sizeless.end() && syms[*hi].value == m) ++hi;
+      std::optional<size_t> addr_section;
+      for (auto it = hi; it != lo;) {
+        const Sym& s = syms[*--it];
+        bool same;
+        if (s.shndx >= SHN_LORESERVE) {
+          same = s.value == addr;
+        } else {
+          if (!addr_section) addr_section = index.section_of(addr);
+          same = *addr_section == index.section_of(s.value);
+        }
+        if (same) return &s;
+      }
+      return nullptr;
+    }
+  };
+
+  Dwfl_Module* mod_;
+  bool usable_ = false;
+  int first_global_ = 0;
+  Table globals_, locals_;
+};
+
 }  // namespace
 
+static long g_checked = 0, g_diffs = 0;  // TEMP
+static struct TempReport { ~TempReport() { std::fprintf(stderr, "SYMCHECK checked=%ld diffs=%ld\n", g_checked, g_diffs); } } g_temp_report;  // TEMP
 struct Symbolizer::Impl {
   Dwfl_Callbacks callbacks{};
   char* debuginfo_path = nullptr;  // null: libdwfl's default search path
@@ -288,7 +513,41 @@ struct Symbolizer::Impl {
   // Per compilation unit (keyed by the address of its DIE in the mapped debug data), the
   // scope index; cleared whenever the module list is re-read, since modules may have gone.
   std::unordered_map<const void*, std::unique_ptr<ScopeIndex>> scope_indexes;
+  // Per module, its symbol index (built on first use); cleared with the scope indexes.
+  std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
   uint64_t generation = 0;
+
+  const SymbolIndex& symbol_index(Dwfl_Module* mod) {
+    auto& slot = symbol_indexes[mod];
+    if (slot == nullptr) {
+      slot = std::make_unique<SymbolIndex>(mod);
+      if (std::getenv("MEMTRACE_SYMCHECK")) {  // TEMP exhaustive check
+        std::vector<GElf_Addr> addrs;
+        int n = dwfl_module_getsymtab(mod);
+        for (int i = 0; i < n; ++i) {
+          GElf_Sym sym; GElf_Addr v = 0;
+          if (!dwfl_module_getsym_info(mod, i, &sym, &v, nullptr, nullptr, nullptr)) continue;
+          for (GElf_Addr d : {v - 1, v, v + 1, v + sym.st_size - 1, v + sym.st_size, v + sym.st_size + 1}) addrs.push_back(d);
+        }
+        Dwarf_Addr low = 0, high = 0;
+        dwfl_module_info(mod, nullptr, &low, &high, nullptr, nullptr, nullptr, nullptr);
+        GElf_Addr stride = (high - low) / 200000 + 1;
+        for (GElf_Addr a = low; a < high; a += stride) addrs.push_back(a);
+        long diffs = 0;
+        for (GElf_Addr a : addrs) {
+          GElf_Off offset = 0; GElf_Sym sym;
+          const char* old = dwfl_module_addrinfo(mod, a, &offset, &sym, nullptr, nullptr, nullptr);
+          if (old != nullptr && !(old[0] != '\0' && (sym.st_size == 0 || offset < sym.st_size))) old = nullptr;
+          const char* nw = slot->lookup(a);
+          if ((old == nullptr) != (nw == nullptr) || (old != nullptr && std::strcmp(old, nw) != 0)) {
+            if (++diffs < 10) std::fprintf(stderr, "XDIFF %#lx old=%s new=%s\n", (unsigned long)(a - low), old ? old : "-", nw ? nw : "-");
+          }
+        }
+        std::fprintf(stderr, "XCHECK module %s: %zu addresses, %d symbols, %ld diffs\n", dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), addrs.size(), n, diffs);
+      }
+    }
+    return *slot;
+  }
 
   ScopeIndex* scope_index(Dwarf_Die* cudie) {
     auto& slot = scope_indexes[cudie->addr];
@@ -314,6 +573,7 @@ struct Symbolizer::Impl {
   void report() {
     generation = loader_generation();
     scope_indexes.clear();
+    symbol_indexes.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -390,10 +650,22 @@ struct Symbolizer::Impl {
 
     // ELF symbol (the real, out-of-line function).
     std::string elf_name;
-    GElf_Off offset = 0;
-    GElf_Sym sym;
-    const char* name = dwfl_module_addrinfo(mod, pc, &offset, &sym, nullptr, nullptr, nullptr);
-    if (name != nullptr && name[0] != '\0' && (sym.st_size == 0 || offset < sym.st_size)) {
+    // (What dwfl_module_addrinfo would answer; a sized symbol is only ever chosen when it
+    // contains pc, so past its st_size there is no name and module+0xoffset is printed.)
+    const char* name = symbol_index(mod).lookup(pc);
+    {  // TEMP side-by-side check
+      GElf_Off offset = 0;
+      GElf_Sym sym;
+      const char* old = dwfl_module_addrinfo(mod, pc, &offset, &sym, nullptr, nullptr, nullptr);
+      if (old != nullptr && !(old[0] != '\0' && (sym.st_size == 0 || offset < sym.st_size))) old = nullptr;
+      ++g_checked;
+      if ((old == nullptr) != (name == nullptr) || (old != nullptr && std::strcmp(old, name) != 0)) {
+        ++g_diffs;
+        std::fprintf(stderr, "SYMDIFF %s pc=%#lx old=%s new=%s\n", info ? info->path.c_str() : "?",
+                     (unsigned long)(pc - (info ? info->bias : 0)), old ? old : "(null)", name ? name : "(null)");
+      }
+    }
+    if (name != nullptr && name[0] != '\0') {
       // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
       std::string raw(name, std::strcspn(name, "@"));
       elf_name = demangle(raw.c_str());

@@ -252,3 +252,30 @@ TEST_CASE("a dump while a small ring wraps keeps an untorn suffix consistent wit
   for (auto& t : ts) t.join();
   stop = true;
 }
+
+TEST_CASE("device bytes are counted by owner, current and peak") {
+  Recorder r;
+  r.configure(100, 0);
+  AllocRecord a = rec(0x1000, 1000);
+  a.owner = 3;
+  AllocRecord b = rec(0x2000, 500);
+  b.owner = 5;
+  AllocRecord host = rec(0x9000, 4096, -1, MemKind::HostPinned);
+  host.owner = 3;
+  r.record_alloc(a);
+  r.record_alloc(b);
+  r.record_alloc(host);
+  AllocRecord out;
+  r.release(0x1000, 0, 0, &out);
+  HandleRecord h;
+  h.handle = 9;
+  h.size = 2048;
+  h.refs = 1;
+  h.owner = 5;
+  r.handle_created(h);
+  StateCopy c = r.copy_state();
+  CHECK(c.owner_device[3].current == 0);
+  CHECK(c.owner_device[3].peak == 1000);  // host memory is not device memory
+  CHECK(c.owner_device[5].current == 2548);
+  CHECK(c.owner_device[5].peak == 2548);
+}

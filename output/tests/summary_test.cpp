@@ -149,3 +149,20 @@ TEST_CASE("summary reports memtrace's own memory", "[summary]") {
   CHECK(text.find("memtrace's own memory: 12 distinct stacks (3.0 MiB), history ring 26.7 MiB reserved") !=
         std::string::npos);
 }
+
+TEST_CASE("summary gives each owner's device bytes now and at its peak", "[summary]") {
+  t::FakeFrameSource src;
+  StateCopy s;
+  s.owner_names = {"unknown", "torch", "nccl"};
+  s.owner_device[1] = UsageStats{1u << 20, 64u << 20, 40};
+  s.owner_device[2] = UsageStats{0, 128u << 20, 3};
+  std::string text = format_summary(s, src, SummaryInfo{});
+  INFO(text);
+  size_t nccl = text.find("nccl                     0 B /  128.0 MiB  in 3 allocations");
+  size_t torch = text.find("torch                1.0 MiB /   64.0 MiB  in 40 allocations");
+  CHECK(text.find("device memory by owner (now / peak):") != std::string::npos);
+  CHECK(nccl != std::string::npos);
+  CHECK(torch != std::string::npos);
+  CHECK(nccl < torch);  // largest peak first
+  CHECK(text.find("unknown   ") == std::string::npos);  // owners that never held memory are left out
+}

@@ -1388,6 +1388,9 @@ def case_example_nccl_allreduce(ctx):
     check(not snap.segments, f"nccl_allreduce frees everything; segments: "
                              f"{[(hex(s['address']), s['total_size']) for s in snap.segments]}")
     check(any(e.get("category") == "nccl" for e in snap.actions("alloc")), "no allocation with category 'nccl'")
+    # Everything was freed, but NCCL's peak is still in the summary's by-owner table.
+    check(re.search(r"device memory by owner.*\n\s+nccl\s+0 B /\s+[1-9][0-9.]* MiB", r.summary()),
+          f"the summary has no 'nccl  0 B / <peak>' owner line:\n{r.summary()}")
 
 
 @case

@@ -1,0 +1,68 @@
+#include "preload/owners.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "unwind/module_map.hpp"
+#include "unwind/owner.hpp"
+#include "unwind/stack_table.hpp"
+
+namespace memtrace::preload {
+
+OwnerTable::OwnerTable() {
+  names_[0] = "unknown";
+  // One slot per possible stack id, reserved up front and paid for as stacks appear.
+  size_t len = static_cast<size_t>(unwind::StackTable::kMaxStacks) + 1;
+  void* p = mmap(nullptr, len * sizeof(std::atomic<uint16_t>), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    by_stack_ = static_cast<std::atomic<uint16_t>*>(p);
+    by_stack_len_ = len;
+  }
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) exe_.assign(buf, static_cast<size_t>(n));
+}
+
+OwnerTable::~OwnerTable() {
+  if (by_stack_) munmap(by_stack_, by_stack_len_ * sizeof(std::atomic<uint16_t>));
+  delete modules_;
+}
+
+uint16_t OwnerTable::intern(const std::string& name) {
+  for (int i = 0; i < count_; ++i)
+    if (names_[i] == name) return static_cast<uint16_t>(i);
+  if (count_ == kMaxOwners - 1) {
+    names_[count_++] = "(other owners)";
+  }
+  if (count_ >= kMaxOwners) return static_cast<uint16_t>(kMaxOwners - 1);
+  names_[count_] = name;
+  return static_cast<uint16_t>(count_++);
+}
+
+uint16_t OwnerTable::owner_of(uint32_t stack_id, const unwind::StackTable& stacks) {
+  if (stack_id == 0 || !by_stack_ || stack_id >= by_stack_len_) return 0;
+  uint16_t known = by_stack_[stack_id].load(std::memory_order_acquire);
+  if (known) return static_cast<uint16_t>(known - 1);
+  SpinGuard g(lock_);
+  known = by_stack_[stack_id].load(std::memory_order_relaxed);
+  if (known) return static_cast<uint16_t>(known - 1);
+  if (!modules_) modules_ = new unwind::ModuleMap();
+  uint16_t id = intern(unwind::owner_of_stack(stacks.get(stack_id), *modules_, exe_));
+  by_stack_[stack_id].store(static_cast<uint16_t>(id + 1), std::memory_order_release);
+  return id;
+}
+
+std::vector<std::string> OwnerTable::names() {
+  SpinGuard g(lock_);
+  return std::vector<std::string>(names_, names_ + count_);
+}
+
+void OwnerTable::clear() {
+  lock_.reset();
+  if (by_stack_) madvise(by_stack_, by_stack_len_ * sizeof(std::atomic<uint16_t>), MADV_DONTNEED);
+  for (int i = 1; i < count_; ++i) names_[i].clear();
+  count_ = 1;
+}
+
+}  // namespace memtrace::preload

@@ -1,0 +1,46 @@
+// Owner ids for stacks, worked out once per distinct stack (the module of the first frame
+// outside memtrace, the driver and the runtime), so that device bytes can be counted by owner
+// as they move, and the summary can give each owner's peak, not only what is left at exit.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/records.hpp"
+#include "core/spinlock.hpp"
+
+namespace memtrace::unwind {
+class StackTable;
+class ModuleMap;
+}  // namespace memtrace::unwind
+
+namespace memtrace::preload {
+
+class OwnerTable {
+ public:
+  OwnerTable();
+  ~OwnerTable();
+  OwnerTable(const OwnerTable&) = delete;
+  OwnerTable& operator=(const OwnerTable&) = delete;
+
+  // Owner id of a stack (0: unknown). The first call for a stack looks its frames up in the
+  // loader's module list; later calls are one load.
+  uint16_t owner_of(uint32_t stack_id, const unwind::StackTable& stacks);
+  // Names by id; index 0 is "unknown".
+  std::vector<std::string> names();
+  void clear();  // forked child
+
+ private:
+  uint16_t intern(const std::string& name);
+
+  std::atomic<uint16_t>* by_stack_ = nullptr;  // id + 1 per stack id, 0 = not worked out yet
+  size_t by_stack_len_ = 0;
+  SpinLock lock_;
+  std::string names_[kMaxOwners];
+  int count_ = 1;
+  unwind::ModuleMap* modules_ = nullptr;
+  std::string exe_;
+};
+
+}  // namespace memtrace::preload
