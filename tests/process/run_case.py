@@ -901,6 +901,29 @@ def case_free_stacks(ctx):
         ctx.check_snapshot_tool(snap.path)
 
 
+@case
+def case_stack_paths(ctx):
+    """Allocations from two known call paths show those functions, files and lines."""
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = traced_and_checked(ctx, [ctx.program("stack_paths")], category="stack_paths")
+    paths = [l.split() for l in r.stdout.splitlines() if l.startswith("PATH ")]
+    check(len(paths) == 2, f"program printed {paths}")
+    allocs = {e["addr"]: e for e in snap.actions("alloc")}
+    for _, name, addr, site, caller, call in paths:
+        e = allocs.get(int(addr, 16))
+        check(e is not None, f"no alloc entry for path {name} at {addr}")
+        frames = e.get("frames") or []
+        check(len(frames) >= 3, f"path {name}: frames {frames}")
+        want = [("alloc_here", int(site)), (caller, int(call))]
+        for (fn, line), f in zip(want, frames[:2]):
+            check(f["name"] == fn and f["line"] == line and f["filename"].endswith("stack_paths.c"),
+                  f"path {name}: expected {fn} at stack_paths.c:{line}, got {f}; all frames: {frames[:4]}")
+        check(any(f["name"] == "main" for f in frames), f"path {name}: no main frame in {frames}")
+        check(not any("memtrace" in f["filename"] or f["name"].startswith("memtrace::") for f in frames),
+              f"path {name}: memtrace's own frames in {frames}")
+
+
 # snapshots on demand --------------------------------------------------------------------------
 
 def check_on_demand(ctx, r, reason_word, at_least):
