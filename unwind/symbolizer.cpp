@@ -502,8 +502,6 @@ class SymbolIndex {
 
 }  // namespace
 
-static long g_checked = 0, g_diffs = 0;  // TEMP
-static struct TempReport { ~TempReport() { std::fprintf(stderr, "SYMCHECK checked=%ld diffs=%ld\n", g_checked, g_diffs); } } g_temp_report;  // TEMP
 struct Symbolizer::Impl {
   Dwfl_Callbacks callbacks{};
   char* debuginfo_path = nullptr;  // null: libdwfl's default search path
@@ -519,33 +517,7 @@ struct Symbolizer::Impl {
 
   const SymbolIndex& symbol_index(Dwfl_Module* mod) {
     auto& slot = symbol_indexes[mod];
-    if (slot == nullptr) {
-      slot = std::make_unique<SymbolIndex>(mod);
-      if (std::getenv("MEMTRACE_SYMCHECK")) {  // TEMP exhaustive check
-        std::vector<GElf_Addr> addrs;
-        int n = dwfl_module_getsymtab(mod);
-        for (int i = 0; i < n; ++i) {
-          GElf_Sym sym; GElf_Addr v = 0;
-          if (!dwfl_module_getsym_info(mod, i, &sym, &v, nullptr, nullptr, nullptr)) continue;
-          for (GElf_Addr d : {v - 1, v, v + 1, v + sym.st_size - 1, v + sym.st_size, v + sym.st_size + 1}) addrs.push_back(d);
-        }
-        Dwarf_Addr low = 0, high = 0;
-        dwfl_module_info(mod, nullptr, &low, &high, nullptr, nullptr, nullptr, nullptr);
-        GElf_Addr stride = (high - low) / 200000 + 1;
-        for (GElf_Addr a = low; a < high; a += stride) addrs.push_back(a);
-        long diffs = 0;
-        for (GElf_Addr a : addrs) {
-          GElf_Off offset = 0; GElf_Sym sym;
-          const char* old = dwfl_module_addrinfo(mod, a, &offset, &sym, nullptr, nullptr, nullptr);
-          if (old != nullptr && !(old[0] != '\0' && (sym.st_size == 0 || offset < sym.st_size))) old = nullptr;
-          const char* nw = slot->lookup(a);
-          if ((old == nullptr) != (nw == nullptr) || (old != nullptr && std::strcmp(old, nw) != 0)) {
-            if (++diffs < 10) std::fprintf(stderr, "XDIFF %#lx old=%s new=%s\n", (unsigned long)(a - low), old ? old : "-", nw ? nw : "-");
-          }
-        }
-        std::fprintf(stderr, "XCHECK module %s: %zu addresses, %d symbols, %ld diffs\n", dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), addrs.size(), n, diffs);
-      }
-    }
+    if (slot == nullptr) slot = std::make_unique<SymbolIndex>(mod);
     return *slot;
   }
 
@@ -653,18 +625,6 @@ struct Symbolizer::Impl {
     // (What dwfl_module_addrinfo would answer; a sized symbol is only ever chosen when it
     // contains pc, so past its st_size there is no name and module+0xoffset is printed.)
     const char* name = symbol_index(mod).lookup(pc);
-    {  // TEMP side-by-side check
-      GElf_Off offset = 0;
-      GElf_Sym sym;
-      const char* old = dwfl_module_addrinfo(mod, pc, &offset, &sym, nullptr, nullptr, nullptr);
-      if (old != nullptr && !(old[0] != '\0' && (sym.st_size == 0 || offset < sym.st_size))) old = nullptr;
-      ++g_checked;
-      if ((old == nullptr) != (name == nullptr) || (old != nullptr && std::strcmp(old, name) != 0)) {
-        ++g_diffs;
-        std::fprintf(stderr, "SYMDIFF %s pc=%#lx old=%s new=%s\n", info ? info->path.c_str() : "?",
-                     (unsigned long)(pc - (info ? info->bias : 0)), old ? old : "(null)", name ? name : "(null)");
-      }
-    }
     if (name != nullptr && name[0] != '\0') {
       // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
       std::string raw(name, std::strcspn(name, "@"));
