@@ -38,7 +38,7 @@ inline bool is_host(MemKind k) { return k == MemKind::HostPinned || k == MemKind
 
 // One trace entry. Fixed size, no pointers to heap memory: the ring is a flat array.
 struct TraceEntry {
-  uint64_t time_us = 0;      // Unix time in microseconds, as PyTorch writes it
+  uint64_t time_us = 0;      // Unix microseconds, as PyTorch writes it (ticks inside the ring)
   uint64_t addr = 0;
   uint64_t size = 0;         // requested bytes for alloc/free; segment bytes for segment_*; rounded for oom
   uint64_t stream = 0;       // raw CUstream value

@@ -8,6 +8,7 @@ namespace memtrace {
 
 void Recorder::configure(size_t max_entries, uint32_t skip_actions_mask) {
   SpinGuard g(ring_lock_);
+  clock_.start();
   ring_.reset(max_entries);
   skip_mask_ = skip_actions_mask;
 }
@@ -113,7 +114,7 @@ bool Recorder::release(uint64_t addr, uint64_t stream, uint32_t free_stack_id, A
   if (!cur || (only_kind && cur->kind != *only_kind)) return false;
   s.live.take(addr, out);
   SpinGuard rg(ring_lock_);
-  emit_free(*out, stream ? stream : out->stream, free_stack_id, now_us());
+  emit_free(*out, stream ? stream : out->stream, free_stack_id, now_ticks());
   account(*out, -1);
   return true;
 }
@@ -127,7 +128,7 @@ bool Recorder::is_live(uint64_t addr) {
 void Recorder::restore(const AllocRecord& r) {
   if (is_live(r.addr)) return;
   AllocRecord again = r;
-  again.time_us = now_us();
+  again.time_us = now_ticks();
   again.note = kFreeFailedNote;
   record_alloc(again);
 }
@@ -135,7 +136,7 @@ void Recorder::restore(const AllocRecord& r) {
 void Recorder::record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free,
                           uint32_t stack_id, const char* note) {
   TraceEntry e;
-  e.time_us = now_us();
+  e.time_us = now_ticks();
   e.action = Action::Oom;
   e.size = size;
   e.stream = stream;
@@ -180,7 +181,7 @@ bool Recorder::handle_info(uint64_t handle, HandleRecord* out) {
 
 void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
   if (ctx == 0) return;
-  uint64_t t = now_us();
+  uint64_t t = now_ticks();
   for (Shard& s : shards_) {
     SpinGuard g(s.lock);
     AllocRecord victims[64];
@@ -236,7 +237,6 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   c.device_count = device_count_;
   c.host = host_;
   c.stale_replaced = stale_replaced_;
-  c.time_us = now_us();
   ring_lock_.unlock();
   handle_lock_.unlock();
   for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
@@ -263,6 +263,13 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
     c.trace.erase(c.trace.begin(), c.trace.begin() + static_cast<std::ptrdiff_t>(lost));
     first += lost;
   }
+  // Ticks become Unix microseconds here, outside every lock.
+  TickClock clock = clock_;
+  clock.calibrate();
+  for (TraceEntry& e : c.trace) e.time_us = clock.to_us(e.time_us);
+  for (AllocRecord& r : c.live) r.time_us = clock.to_us(r.time_us);
+  for (HandleRecord& h : c.handles) h.time_us = clock.to_us(h.time_us);
+  c.time_us = now_us();
   c.dropped_entries = first;
   c.total_entries = cut;
   c.ring_capacity = cap;

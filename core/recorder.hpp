@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/addr_map.hpp"
+#include "core/clock.hpp"
 #include "core/records.hpp"
 #include "core/spinlock.hpp"
 #include "core/trace_ring.hpp"
@@ -21,6 +22,8 @@ class Recorder {
   // Sizes the ring and sets which actions are skipped. Clears history.
   void configure(size_t max_entries, uint32_t skip_actions_mask);
 
+  // Times handed in (AllocRecord::time_us, HandleRecord::time_us) are now_ticks() readings;
+  // copy_state() hands them out as Unix microseconds.
   // An allocation succeeded: records it and emits segment_alloc + alloc.
   void record_alloc(const AllocRecord& r);
   // Before the real free: removes the record and emits free_requested, free_completed,
@@ -83,6 +86,7 @@ class Recorder {
   SpinLock ring_lock_;
   TraceRing ring_;
   uint32_t skip_mask_ = 0;
+  TickClock clock_;  // set by configure
 
   // Guarded by ring_lock_:
   UsageStats device_[kMaxDevices];

@@ -18,7 +18,7 @@ struct AllocRecord {
   uint64_t size = 0;       // bytes the driver handed out (pitch x height for pitched memory)
   uint64_t requested = 0;  // bytes the caller asked for
   uint64_t stream = 0;
-  uint64_t time_us = 0;
+  uint64_t time_us = 0;  // ticks inside the recorder, Unix microseconds in a StateCopy
   uint64_t ctx = 0;     // owning CUcontext; its destruction frees the record
   uint64_t handle = 0;  // VmmMapping: the physical allocation handle mapped here
   const char* note = nullptr;

@@ -28,7 +28,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHa
     h.host = prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;
     h.device = static_cast<int16_t>(prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id
                                                                                                : dev);
-    h.time_us = now_us();
+    h.time_us = now_ticks();
     h.refs = 1;
     h.stack_id = capture_stack_id(*s, __builtin_return_address(0));
     h.owner = s->owners.owner_of(h.stack_id, s->stacks);

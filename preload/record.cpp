@@ -50,7 +50,7 @@ void record_alloc(Session& s, const NewAlloc& a, void* caller) {
   int dev = current_device(&ctx);
   r.ctx = ctx;
   r.device = static_cast<int16_t>(is_host(a.kind) ? -1 : (a.device >= 0 ? a.device : dev));
-  r.time_us = now_us();
+  r.time_us = now_ticks();
   r.note = t_state.note;
   r.stack_id = capture_stack_id(s, caller);
   r.owner = s.owners.owner_of(r.stack_id, s.stacks);

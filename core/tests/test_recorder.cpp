@@ -2,9 +2,11 @@
 
 #include <set>
 #include <string>
+#include <chrono>
 #include <thread>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/recorder.hpp"
 
 using namespace memtrace;
@@ -278,4 +280,25 @@ TEST_CASE("device bytes are counted by owner, current and peak") {
   CHECK(c.owner_device[3].peak == 1000);  // host memory is not device memory
   CHECK(c.owner_device[5].current == 2548);
   CHECK(c.owner_device[5].peak == 2548);
+}
+
+TEST_CASE("times are stamped in ticks and handed out as Unix microseconds") {
+  Recorder r;
+  uint64_t before = now_us();
+  r.configure(100, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  AllocRecord a = rec(0x1000, 512);
+  a.time_us = now_ticks();
+  r.record_alloc(a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  AllocRecord out;
+  r.release(0x1000, 0, 0, &out);
+  uint64_t after = now_us();
+  StateCopy c = r.copy_state();
+  REQUIRE(c.trace.size() == 5);
+  uint64_t alloc_t = c.trace[1].time_us, free_t = c.trace[4].time_us;
+  CHECK(alloc_t >= before + 15000);
+  CHECK(free_t <= after + 1000);
+  CHECK(free_t - alloc_t >= 15000);  // the 20 ms between them, within scheduling slack
+  CHECK(free_t - alloc_t <= 200000);
 }
