@@ -6,6 +6,14 @@ namespace {
 
 constexpr Command kCommands[] = {
     {"run", "run a program with memtrace preloaded and write a memory snapshot", &cmd_run},
+    {"summary", "per device: current and peak memory, owners, largest stacks, fragmentation", &cmd_summary},
+    {"peak", "the allocations live at the moment of peak usage, grouped by stack", &cmd_peak},
+    {"leaks", "what is still allocated at the end, grouped by stack and owner", &cmd_leaks},
+    {"diff", "growth and shrinkage between two snapshots, by stack and by owner", &cmd_diff},
+    {"merge", "merge a PyTorch snapshot and a memtrace snapshot into one file the viewer opens", &cmd_merge},
+    {"flamegraph", "folded stacks weighted by bytes (flamegraph.pl, speedscope, inferno)", &cmd_flamegraph},
+    {"ranks", "one line per rank's snapshot in a directory, outliers highlighted", &cmd_ranks},
+    {"replay", "replay a snapshot's allocations under other caching-allocator settings", &cmd_replay},
 };
 
 }  // namespace

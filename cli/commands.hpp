@@ -26,5 +26,13 @@ void print_usage(std::FILE* out);
 
 // Commands.
 int cmd_run(int argc, char** argv);
+int cmd_summary(int argc, char** argv);
+int cmd_peak(int argc, char** argv);
+int cmd_leaks(int argc, char** argv);
+int cmd_diff(int argc, char** argv);
+int cmd_merge(int argc, char** argv);
+int cmd_flamegraph(int argc, char** argv);
+int cmd_ranks(int argc, char** argv);
+int cmd_replay(int argc, char** argv);
 
 }  // namespace memtrace::cli

@@ -1,0 +1,13 @@
+// memtrace diff: placeholder until the command lands; it refuses to run rather than pretend.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+
+namespace memtrace::cli {
+
+int cmd_diff(int argc, char** argv) {
+  std::fprintf(stderr, "memtrace diff: not available in this build\n");
+  return kExitUsage;
+}
+
+}  // namespace memtrace::cli

@@ -1,0 +1,13 @@
+// memtrace flamegraph: placeholder until the command lands; it refuses to run rather than pretend.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+
+namespace memtrace::cli {
+
+int cmd_flamegraph(int argc, char** argv) {
+  std::fprintf(stderr, "memtrace flamegraph: not available in this build\n");
+  return kExitUsage;
+}
+
+}  // namespace memtrace::cli
