@@ -38,6 +38,8 @@ class Backend {
   virtual int mem_get_info(size_t* free_bytes, size_t* total_bytes) = 0;
 
   virtual bool is_out_of_memory(int error) const { return error == kErrorOutOfMemory; }
+  // The code the allocator returns when it refuses on its own (per_process_memory_fraction).
+  virtual int out_of_memory_error() const { return kErrorOutOfMemory; }
 };
 
 }  // namespace memtrace::caching
