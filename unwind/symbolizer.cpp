@@ -58,9 +58,9 @@ std::string_view base_name(std::string_view p) {
   return s == std::string_view::npos ? p : p.substr(s + 1);
 }
 
-// A DIE's function name: the linkage name demangled (qualified, with parameters) when
-// there is one, else DW_AT_name; both looked up through abstract origins/specifications.
-std::string die_function_name(Dwarf_Die* die) {
+// A DIE's function name, mangled: the linkage name when there is one, else DW_AT_name;
+// both looked up through abstract origins/specifications. Null when it has neither.
+const char* die_raw_name(Dwarf_Die* die) {
   Dwarf_Attribute attr;
   const char* name = nullptr;
   if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
@@ -68,7 +68,7 @@ std::string die_function_name(Dwarf_Die* die) {
     name = dwarf_formstring(&attr);
   if (name == nullptr && dwarf_attr_integrate(die, DW_AT_name, &attr) != nullptr)
     name = dwarf_formstring(&attr);
-  return demangle(name);
+  return name;
 }
 
 // Where an inlined instance was called from: DW_AT_call_file (an index into its unit's
@@ -166,6 +166,248 @@ bool may_have_scopes(int tag) {
   }
 }
 
+// Reads one unit's DIEs straight from the mapped .debug_info, for the walk below: the
+// abbreviations come from libdw (once per code), but attribute values are skipped here by
+// their forms, since walking a large C++ unit with dwarf_siblingof and asking dwarf_ranges
+// of every DIE costs several times more. Anything it does not understand makes the walk
+// give up, and the caller then asks libdw per address.
+class UnitReader {
+ public:
+  struct Abbrev {
+    unsigned code = 0;  // 0: the null entry ending a sibling list
+    int tag = 0;
+    bool children = false;
+    bool may_have_pc = false;  // DW_AT_high_pc or DW_AT_ranges: dwarf_ranges may answer
+    std::vector<std::pair<uint16_t, uint16_t>> attrs;  // (name, form)
+  };
+  // What the walk needs of one DIE's attribute values.
+  struct Attrs {
+    const unsigned char* sibling = nullptr;
+    bool simple_pc = false;  // DW_FORM_addr low_pc with an address or offset high_pc
+    Dwarf_Addr low = 0, high = 0;
+  };
+
+  Dwarf_CU* cu = nullptr;
+
+  bool open(Dwarf_Die* cudie) {
+    cu = cudie->cu;
+    Dwarf_Die tmp;
+    Dwarf_Half version = 0;
+    Dwarf_Off abbrev_off = 0;
+    if (dwarf_cu_die(cu, &tmp, &version, &abbrev_off, &addr_size_, &offset_size_, nullptr,
+                     nullptr) == nullptr)
+      return false;
+    version_ = version;
+    if ((addr_size_ != 4 && addr_size_ != 8) || (offset_size_ != 4 && offset_size_ != 8))
+      return false;
+    const Dwarf_Off die_off = dwarf_dieoffset(cudie);
+    const Dwarf_Off unit_off = die_off - dwarf_cuoffset(cudie);
+    section_ = static_cast<const unsigned char*>(cudie->addr) - die_off;
+    Dwarf_Off next = 0;
+    size_t header = 0;
+    if (dwarf_next_unit(dwarf_cu_getdwarf(cu), unit_off, &next, &header, nullptr, nullptr, nullptr,
+                        nullptr, nullptr, nullptr) != 0)
+      return false;
+    unit_ = section_ + unit_off;
+    end_ = section_ + next;
+    return static_cast<const unsigned char*>(cudie->addr) < end_;
+  }
+
+  // Reads the DIE at p (its code and attributes) and leaves p after them; null on bad data.
+  const Abbrev* read_die(const unsigned char*& p, Attrs* at = nullptr) {
+    const unsigned char* die_addr = p;
+    uint64_t code = 0;
+    if (!uleb(p, code)) return nullptr;
+    if (code == 0) return &null_;
+    const Abbrev* a = abbrev(code, die_addr);
+    if (a == nullptr) return nullptr;
+    bool have_low = false, have_high = false, high_is_offset = false;
+    Dwarf_Addr low = 0, high = 0;
+    for (auto [name, form] : a->attrs) {
+      const unsigned char* v = p;
+      if (!skip(p, form)) return nullptr;
+      if (at == nullptr) continue;
+      if (name == DW_AT_sibling) {
+        uint64_t off = 0;
+        const unsigned char* target = nullptr;
+        if (form == DW_FORM_ref_addr && version_ >= 3) {
+          off = fixed(v, offset_size_);
+          target = section_ + off;
+        } else if (form == DW_FORM_ref1 || form == DW_FORM_ref2 || form == DW_FORM_ref4 ||
+                   form == DW_FORM_ref8) {
+          off = fixed(v, form == DW_FORM_ref1 ? 1 : form == DW_FORM_ref2 ? 2 : form == DW_FORM_ref4 ? 4 : 8);
+          target = unit_ + off;
+        } else if (form == DW_FORM_ref_udata) {
+          uleb(v, off);
+          target = unit_ + off;
+        } else {
+          return nullptr;
+        }
+        if (target < die_addr || target > end_) return nullptr;
+        at->sibling = target;
+      } else if (name == DW_AT_low_pc && form == DW_FORM_addr) {
+        low = fixed(v, addr_size_);
+        have_low = true;
+      } else if (name == DW_AT_high_pc) {
+        switch (form) {
+          case DW_FORM_addr: high = fixed(v, addr_size_); have_high = true; break;
+          case DW_FORM_data1: high = fixed(v, 1); have_high = high_is_offset = true; break;
+          case DW_FORM_data2: high = fixed(v, 2); have_high = high_is_offset = true; break;
+          case DW_FORM_data4: high = fixed(v, 4); have_high = high_is_offset = true; break;
+          case DW_FORM_data8: high = fixed(v, 8); have_high = high_is_offset = true; break;
+          case DW_FORM_udata: uleb(v, high); have_high = high_is_offset = true; break;
+          default: break;
+        }
+      }
+    }
+    if (at != nullptr && have_low && have_high) {
+      at->simple_pc = true;
+      at->low = low;
+      at->high = high_is_offset ? low + high : high;
+    }
+    return a;
+  }
+
+  // Skips the sibling list starting at p (a DIE's children); the position after its end.
+  const unsigned char* skip_children(const unsigned char* p, int depth) {
+    if (depth > 256) return nullptr;
+    for (;;) {
+      Attrs at;
+      const Abbrev* a = read_die(p, &at);
+      if (a == nullptr) return nullptr;
+      if (a->code == 0) return p;
+      if (!a->children) continue;
+      p = at.sibling != nullptr ? at.sibling : skip_children(p, depth + 1);
+      if (p == nullptr) return nullptr;
+    }
+  }
+
+ private:
+  const unsigned char* section_ = nullptr;  // .debug_info
+  const unsigned char* unit_ = nullptr;     // this unit's header
+  const unsigned char* end_ = nullptr;      // one past this unit
+  unsigned version_ = 0;
+  uint8_t addr_size_ = 0, offset_size_ = 0;
+  Abbrev null_;
+  std::vector<std::unique_ptr<Abbrev>> by_code_;  // small codes (GCC and Clang number from 1)
+  std::unordered_map<uint64_t, std::unique_ptr<Abbrev>> other_codes_;
+
+  static uint64_t fixed(const unsigned char* v, unsigned n) {
+    uint64_t x = 0;
+    std::memcpy(&x, v, n);  // little-endian host; the data was loaded into this process
+    return x;
+  }
+
+  bool uleb(const unsigned char*& p, uint64_t& out) const {
+    out = 0;
+    for (unsigned shift = 0; p < end_; shift += 7) {
+      unsigned char b = *p++;
+      if (shift < 64) out |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  bool advance(const unsigned char*& p, uint64_t n) const {
+    if (n > static_cast<uint64_t>(end_ - p)) return false;
+    p += n;
+    return true;
+  }
+
+  bool skip(const unsigned char*& p, unsigned form) const {
+    uint64_t n = 0;
+    switch (form) {
+      case DW_FORM_flag_present:
+      case DW_FORM_implicit_const:
+        return true;
+      case DW_FORM_addr:
+        return advance(p, addr_size_);
+      case DW_FORM_data1: case DW_FORM_ref1: case DW_FORM_flag: case DW_FORM_strx1:
+      case DW_FORM_addrx1:
+        return advance(p, 1);
+      case DW_FORM_data2: case DW_FORM_ref2: case DW_FORM_strx2: case DW_FORM_addrx2:
+        return advance(p, 2);
+      case DW_FORM_strx3: case DW_FORM_addrx3:
+        return advance(p, 3);
+      case DW_FORM_data4: case DW_FORM_ref4: case DW_FORM_ref_sup4: case DW_FORM_strx4:
+      case DW_FORM_addrx4:
+        return advance(p, 4);
+      case DW_FORM_data8: case DW_FORM_ref8: case DW_FORM_ref_sig8: case DW_FORM_ref_sup8:
+        return advance(p, 8);
+      case DW_FORM_data16:
+        return advance(p, 16);
+      case DW_FORM_strp: case DW_FORM_line_strp: case DW_FORM_sec_offset: case DW_FORM_strp_sup:
+      case DW_FORM_GNU_ref_alt: case DW_FORM_GNU_strp_alt:
+        return advance(p, offset_size_);
+      case DW_FORM_ref_addr:
+        return advance(p, version_ <= 2 ? addr_size_ : offset_size_);
+      case DW_FORM_sdata: case DW_FORM_udata: case DW_FORM_ref_udata: case DW_FORM_strx:
+      case DW_FORM_addrx: case DW_FORM_loclistx: case DW_FORM_rnglistx:
+      case DW_FORM_GNU_addr_index: case DW_FORM_GNU_str_index:
+        return uleb(p, n);
+      case DW_FORM_string: {
+        const void* nul = std::memchr(p, 0, static_cast<size_t>(end_ - p));
+        if (nul == nullptr) return false;
+        p = static_cast<const unsigned char*>(nul) + 1;
+        return true;
+      }
+      case DW_FORM_block1:
+        if (!advance(p, 0) || p >= end_) return false;
+        n = *p++;
+        return advance(p, n);
+      case DW_FORM_block2:
+        if (end_ - p < 2) return false;
+        n = fixed(p, 2);
+        p += 2;
+        return advance(p, n);
+      case DW_FORM_block4:
+        if (end_ - p < 4) return false;
+        n = fixed(p, 4);
+        p += 4;
+        return advance(p, n);
+      case DW_FORM_block: case DW_FORM_exprloc:
+        return uleb(p, n) && advance(p, n);
+      case DW_FORM_indirect:
+        return uleb(p, n) && n != DW_FORM_indirect && n <= 0xffff && skip(p, static_cast<unsigned>(n));
+      default:
+        return false;
+    }
+  }
+
+  const Abbrev* abbrev(uint64_t code, const unsigned char* die_addr) {
+    std::unique_ptr<Abbrev>* slot;
+    if (code < 65536) {
+      if (by_code_.size() <= code) by_code_.resize(code + 1);
+      slot = &by_code_[code];
+    } else {
+      slot = &other_codes_[code];
+    }
+    if (*slot != nullptr) return slot->get();
+    // First DIE with this code: libdw parses the abbreviation.
+    Dwarf_Die die{const_cast<unsigned char*>(die_addr), cu, nullptr, 0};
+    dwarf_tag(&die);
+    Dwarf_Abbrev* da = die.abbrev;
+    if (da == nullptr || da == reinterpret_cast<Dwarf_Abbrev*>(-1l) || dwarf_getabbrevcode(da) != code)
+      return nullptr;
+    auto a = std::make_unique<Abbrev>();
+    a->code = static_cast<unsigned>(code);
+    a->tag = static_cast<int>(dwarf_getabbrevtag(da));
+    a->children = dwarf_abbrevhaschildren(da) > 0;
+    // (Read until libdw reports the end: for some declarations GCC 12 emits, elfutils 0.188's
+    // dwarf_getattrcnt counts one more than dwarf_getabbrevattr_data returns.)
+    for (size_t i = 0;; ++i) {
+      unsigned name = 0, form = 0;
+      Dwarf_Sword data = 0;
+      if (dwarf_getabbrevattr_data(da, i, &name, &form, &data, nullptr) != 0) break;
+      if (name > 0xffff || form > 0xffff) return nullptr;
+      a->attrs.push_back({static_cast<uint16_t>(name), static_cast<uint16_t>(form)});
+      if (name == DW_AT_high_pc || name == DW_AT_ranges) a->may_have_pc = true;
+    }
+    *slot = std::move(a);
+    return slot->get();
+  }
+};
+
 struct ScopeIndex {
   struct Range {
     Dwarf_Addr low, high;
@@ -180,7 +422,7 @@ struct ScopeIndex {
     int parent = -1;  // -1: a child of the unit
     int tag = 0;
     int children = -1;  // index into kids, -1 when not descended / no address children
-    std::optional<std::string> name;
+    const std::string* name = nullptr;  // demangled, once looked up
     bool have_call = false;
     std::string call_file;
     int call_line = 0;
@@ -191,7 +433,18 @@ struct ScopeIndex {
 
   explicit ScopeIndex(Dwarf_Die* cudie) {
     kids.emplace_back();
-    walk(cudie, -1, 0, 0);
+    UnitReader unit;
+    if (!unit.open(cudie)) {
+      usable = false;
+      return;
+    }
+    const unsigned char* p = static_cast<const unsigned char*>(cudie->addr);
+    const UnitReader::Abbrev* a = unit.read_die(p);
+    if (a == nullptr) {
+      usable = false;
+      return;
+    }
+    if (a->children) walk(unit, p, -1, 0, 0);
     for (Children& c : kids) {
       std::sort(c.ranges.begin(), c.ranges.end(), [](const Range& a, const Range& b) {
         return a.low != b.low ? a.low < b.low : a.node < b.node;
@@ -202,51 +455,74 @@ struct ScopeIndex {
     }
   }
 
-  void walk(Dwarf_Die* parent_die, int parent, int kids_slot, int depth) {
-    if (!usable || depth > 256) {
+  // Walks the sibling list starting at p (just past the parent's attributes) and returns
+  // the position after its terminating null entry; null when the data cannot be read.
+  const unsigned char* walk(UnitReader& unit, const unsigned char* p, int parent, int kids_slot,
+                            int depth) {
+    if (depth > 256) {
       usable = false;
-      return;
+      return nullptr;
     }
-    Dwarf_Die child;
-    int r = dwarf_child(parent_die, &child);
-    if (r < 0) usable = false;
-    if (r != 0) return;
-    do {
-      int tag = dwarf_tag(&child);
-      if (tag == DW_TAG_imported_unit) {
+    for (;;) {
+      const unsigned char* die_addr = p;
+      UnitReader::Attrs at;
+      const UnitReader::Abbrev* a = unit.read_die(p, &at);
+      if (a == nullptr) {
         usable = false;
-        return;
+        return nullptr;
       }
-      Dwarf_Addr base = 0, start = 0, end = 0;
-      ptrdiff_t off = 0;
+      if (a->code == 0) return p;
+      if (a->tag == DW_TAG_imported_unit) {
+        usable = false;
+        return nullptr;
+      }
+      Dwarf_Die die{const_cast<unsigned char*>(die_addr), unit.cu, nullptr, 0};
       int node = -1;
-      while ((off = dwarf_ranges(&child, off, &base, &start, &end)) > 0) {
-        if (node < 0) {
-          node = static_cast<int>(nodes.size());
-          Node& n = nodes.emplace_back();
-          n.die = child;
-          n.parent = parent;
-          n.tag = tag;
+      auto add_node = [&] {
+        node = static_cast<int>(nodes.size());
+        Node& n = nodes.emplace_back();
+        n.die = die;
+        n.parent = parent;
+        n.tag = a->tag;
+      };
+      if (at.simple_pc) {
+        // dwarf_ranges' answer for a low_pc/high_pc pair, read directly.
+        add_node();
+        if (at.low < at.high) kids[kids_slot].ranges.push_back({at.low, at.high, node});
+      } else if (a->may_have_pc) {
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        ptrdiff_t off = 0;
+        while ((off = dwarf_ranges(&die, off, &base, &start, &end)) > 0) {
+          if (node < 0) add_node();
+          if (start < end) kids[kids_slot].ranges.push_back({start, end, node});
         }
-        if (start < end) kids[kids_slot].ranges.push_back({start, end, node});
+        if (off < 0) {
+          usable = false;
+          return nullptr;
+        }
       }
-      if (off < 0) {
-        usable = false;
-        return;
-      }
-      if (node >= 0 && may_have_scopes(tag) && dwarf_haschildren(&child) > 0) {
+      if (!a->children) continue;
+      if (node >= 0 && may_have_scopes(a->tag)) {
         int slot = static_cast<int>(kids.size());
         kids.emplace_back();
         nodes[node].children = slot;
-        walk(&child, node, slot, depth + 1);
-        if (!usable) return;
-        if (kids[slot].ranges.empty()) {
+        const unsigned char* after = walk(unit, p, node, slot, depth + 1);
+        if (after == nullptr) return nullptr;
+        if (kids[slot].ranges.empty() && slot + 1 == static_cast<int>(kids.size())) {
           kids.pop_back();
           nodes[node].children = -1;
         }
+        p = at.sibling != nullptr ? at.sibling : after;
+      } else if (at.sibling != nullptr) {
+        p = at.sibling;
+      } else {
+        p = unit.skip_children(p, depth + 1);
+        if (p == nullptr) {
+          usable = false;
+          return nullptr;
+        }
       }
-    } while ((r = dwarf_siblingof(&child, &child)) == 0);
-    if (r < 0) usable = false;
+    }
   }
 
   // The first child (in DIE order) of kids[slot] containing pc, or -1.
@@ -514,6 +790,34 @@ struct Symbolizer::Impl {
   // Per module, its symbol index (built on first use); cleared with the scope indexes.
   std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
   uint64_t generation = 0;
+  // Demangled names by the address of the mangled string in the module's mapped symbol
+  // table or debug data: each distinct name is demangled once (__cxa_demangle dominates the
+  // cost of a symbol-table lookup). Cleared with the indexes. Kept apart since symbol-table
+  // names lose a version suffix first.
+  std::unordered_map<const char*, std::string> elf_names, dwarf_names;
+  const std::string empty_name;
+
+  const std::string& elf_name_of(const char* raw) {
+    auto [it, fresh] = elf_names.try_emplace(raw);
+    if (fresh) {
+      // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
+      if (const char* at = std::strchr(raw, '@')) {
+        it->second = demangle(std::string(raw, at).c_str());
+      } else {
+        it->second = demangle(raw);
+      }
+    }
+    return it->second;
+  }
+
+  // The demangled name of a DIE (see die_raw_name); "" when it has none.
+  const std::string& dwarf_name_of(Dwarf_Die* die) {
+    const char* raw = die_raw_name(die);
+    if (raw == nullptr) return empty_name;
+    auto [it, fresh] = dwarf_names.try_emplace(raw);
+    if (fresh) it->second = demangle(raw);
+    return it->second;
+  }
 
   const SymbolIndex& symbol_index(Dwfl_Module* mod) {
     auto& slot = symbol_indexes[mod];
@@ -546,6 +850,8 @@ struct Symbolizer::Impl {
     generation = loader_generation();
     scope_indexes.clear();
     symbol_indexes.clear();
+    elf_names.clear();
+    dwarf_names.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -621,15 +927,11 @@ struct Symbolizer::Impl {
     ModuleInfo* info = info_of(mod);
 
     // ELF symbol (the real, out-of-line function).
-    std::string elf_name;
     // (What dwfl_module_addrinfo would answer; a sized symbol is only ever chosen when it
     // contains pc, so past its st_size there is no name and module+0xoffset is printed.)
     const char* name = symbol_index(mod).lookup(pc);
-    if (name != nullptr && name[0] != '\0') {
-      // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
-      std::string raw(name, std::strcspn(name, "@"));
-      elf_name = demangle(raw.c_str());
-    }
+    const std::string& elf_name =
+        name != nullptr && name[0] != '\0' ? elf_name_of(name) : empty_name;
 
     // Source line at pc, when a compilation unit covers it (a line table alone would answer
     // for code without debug info, such as _start, with the nearest row below).
@@ -654,7 +956,7 @@ struct Symbolizer::Impl {
       for (int i = index->innermost(pc - bias); i >= 0; i = index->nodes[i].parent) {
         ScopeIndex::Node& node = index->nodes[i];
         if (node.tag == DW_TAG_inlined_subroutine) {
-          if (!node.name) node.name = die_function_name(&node.die);
+          if (node.name == nullptr) node.name = &dwarf_name_of(&node.die);
           out.push_back({*node.name, file, line});
           if (!node.have_call) {
             call_site(&node.die, node.call_file, node.call_line);
@@ -663,13 +965,10 @@ struct Symbolizer::Impl {
           file = node.call_file;
           line = node.call_line;
         } else if (node.tag == DW_TAG_subprogram || node.tag == DW_TAG_entry_point) {
-          std::string fn = elf_name;
-          if (fn.empty()) {
-            if (!node.name) node.name = die_function_name(&node.die);
-            fn = *node.name;
-          }
+          if (elf_name.empty() && node.name == nullptr) node.name = &dwarf_name_of(&node.die);
+          const std::string& fn = elf_name.empty() ? *node.name : elf_name;
           if (!fn.empty()) {
-            out.push_back({std::move(fn), file, line});
+            out.push_back({fn, file, line});
             have_function = true;
           }
           break;
@@ -687,12 +986,12 @@ struct Symbolizer::Impl {
           Dwarf_Die* d = &scopes[i];
           int tag = dwarf_tag(d);
           if (tag == DW_TAG_inlined_subroutine) {
-            out.push_back({die_function_name(d), file, line});
+            out.push_back({dwarf_name_of(d), file, line});
             call_site(d, file, line);
           } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
-            std::string fn = elf_name.empty() ? die_function_name(d) : elf_name;
+            const std::string& fn = elf_name.empty() ? dwarf_name_of(d) : elf_name;
             if (!fn.empty()) {
-              out.push_back({std::move(fn), file, line});
+              out.push_back({fn, file, line});
               have_function = true;
             }
             break;
