@@ -359,7 +359,8 @@ struct CachingAllocator::Impl {
     backend.synchronize();
     ++st.backend_syncs;
     complete_pending();
-    for (Pool& p : pools) {
+    for (Pool* pp : {&pools[1], &pools[0]}) {  // large first, as PyTorch emits them
+      Pool& p = *pp;
       std::vector<Block*> to_unmap;
       for (auto it = p.free.begin(); it != p.free.end();) {
         Block* b = *it++;
@@ -372,7 +373,9 @@ struct CachingAllocator::Impl {
         release_reservation_if_empty(s);
       }
     }
-    // Reservations whose pages all went back earlier (remap) are dropped here too.
+    // Reservations whose pages all went back earlier (remap) are dropped here too. PyTorch's
+    // policy keeps them (a reservation made by a failed attempt stays), and so does ours then.
+    if (!remap) return;
     std::vector<Segment*> empty;
     for (auto& [base, s] : segments)
       if (s->expandable && s->head && !s->head->next && !s->head->mapped) empty.push_back(s);
