@@ -1,8 +1,14 @@
+#include <cxxabi.h>
 #include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdwfl.h>
+#include <link.h>
 #include <sys/mman.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "unwind/module_map.hpp"
 #include "unwind/symbolizer.hpp"
@@ -179,4 +185,188 @@ TEST_CASE("symbolizer: DWARF from a separate file named by .gnu_debuglink", "[sy
   CHECK(f[0].function == "symtest_debuglink_call");
   CHECK(base_name(f[0].file) == "symtest_debuglink.cpp");
   CHECK(f[0].line == symtest_debuglink_line());
+}
+
+namespace {
+
+// What libdw answers for one pc when asked directly, with no index in between: the
+// Symbolizer's rules (ELF symbol name for the out-of-line function, DWARF scopes for inlined
+// frames, line table for file:line) applied to dwfl_module_addrinfo, dwarf_getscopes and
+// dwfl_module_getsrc.
+std::string reference_demangle(const char* raw) {
+  std::string s(raw);
+  if (s.size() > 1 && s[0] == '_' && s[1] == 'Z') {
+    int status = 0;
+    char* d = abi::__cxa_demangle(s.c_str(), nullptr, nullptr, &status);
+    if (d != nullptr && status == 0) s = d;
+    std::free(d);
+  }
+  return s;
+}
+
+std::string reference_die_name(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  const char* name = nullptr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
+      dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr) != nullptr)
+    name = dwarf_formstring(&attr);
+  if (name == nullptr && dwarf_attr_integrate(die, DW_AT_name, &attr) != nullptr)
+    name = dwarf_formstring(&attr);
+  return name != nullptr ? reference_demangle(name) : std::string();
+}
+
+struct RefFrame {
+  std::string function, file;
+  int line = 0;
+};
+
+// Frames for pc in mod, or an empty vector when neither a symbol nor a scope names it (the
+// Symbolizer prints module+0xoffset then, which is not compared).
+std::vector<RefFrame> reference_frames(Dwfl_Module* mod, uintptr_t pc) {
+  std::vector<RefFrame> out;
+  GElf_Off off = 0;
+  GElf_Sym sym;
+  const char* raw = dwfl_module_addrinfo(mod, pc, &off, &sym, nullptr, nullptr, nullptr);
+  std::string elf_name;
+  if (raw != nullptr && raw[0] != '\0')
+    elf_name = reference_demangle(std::string(raw, std::strcspn(raw, "@")).c_str());
+  std::string file;
+  int line = 0;
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
+  if (cudie != nullptr && dwarf_haspc(cudie, pc - bias) <= 0) cudie = nullptr;
+  if (cudie != nullptr) {
+    if (Dwfl_Line* l = dwfl_module_getsrc(mod, pc)) {
+      Dwarf_Addr lb = 0;
+      if (Dwarf_Line* dl = dwfl_dwarf_line(l, &lb)) {
+        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = src;
+        dwarf_lineno(dl, &line);
+      }
+    }
+  }
+  bool have_function = false;
+  Dwarf_Die* scopes = nullptr;
+  int n = cudie != nullptr ? dwarf_getscopes(cudie, pc - bias, &scopes) : 0;
+  if (n > 0) {
+    Dwarf_Die innermost = scopes[0];
+    std::free(scopes);
+    scopes = nullptr;
+    n = dwarf_getscopes_die(&innermost, &scopes);
+    for (int i = 0; i < n; ++i) {
+      Dwarf_Die* d = &scopes[i];
+      int tag = dwarf_tag(d);
+      if (tag == DW_TAG_inlined_subroutine) {
+        out.push_back({reference_die_name(d), file, line});
+        file.clear();
+        line = 0;
+        Dwarf_Attribute attr;
+        Dwarf_Word v = 0;
+        if (dwarf_formudata(dwarf_attr(d, DW_AT_call_line, &attr), &v) == 0) line = static_cast<int>(v);
+        if (dwarf_formudata(dwarf_attr(d, DW_AT_call_file, &attr), &v) == 0) {
+          Dwarf_Files* files = nullptr;
+          size_t nfiles = 0;
+          if (dwarf_getsrcfiles(cudie, &files, &nfiles) == 0 && v < nfiles)
+            if (const char* f = dwarf_filesrc(files, v, nullptr, nullptr)) file = f;
+        }
+      } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
+        std::string fn = elf_name.empty() ? reference_die_name(d) : elf_name;
+        if (!fn.empty()) {
+          out.push_back({fn, file, line});
+          have_function = true;
+        }
+        break;
+      }
+    }
+  }
+  std::free(scopes);
+  if (!have_function) {
+    if (elf_name.empty()) return {};
+    out.push_back({elf_name, file, line});
+  }
+  return out;
+}
+
+struct Text {
+  std::string name;
+  uintptr_t base = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+};
+
+int collect_text(dl_phdr_info* info, size_t, void* arg) {
+  auto* texts = static_cast<std::vector<Text>*>(arg);
+  Text t;
+  t.name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  t.base = info->dlpi_addr;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+      t.ranges.push_back({info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz});
+  }
+  texts->push_back(std::move(t));
+  return 0;
+}
+
+}  // namespace
+
+// The Symbolizer answers from its own indexes (symbol table, DIE tree read straight from
+// .debug_info, cached names); libdw, asked per address, is the reference. Covered: the test
+// program (DWARF 5 from GCC, C++ with many inlined templates, memtrace's own code) and the
+// test library with always_inline chains.
+TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") {
+  std::vector<Text> texts;
+  dl_iterate_phdr(collect_text, &texts);
+  std::vector<std::pair<const Text*, size_t>> plan;  // module, number of addresses
+  for (const Text& t : texts) {
+    // The program: few addresses, since dwarf_getscopes walks a whole unit each time. The
+    // library: about every other byte of its small text.
+    if (t.name.empty()) plan.push_back({&t, 300});
+    if (base_name(t.name) == "libunwind_symtest.so") plan.push_back({&t, 3000});
+  }
+  REQUIRE(plan.size() == 2);
+
+  Dwfl_Callbacks cb{};
+  char* debuginfo_path = nullptr;
+  cb.find_elf = dwfl_linux_proc_find_elf;
+  cb.find_debuginfo = dwfl_build_id_find_debuginfo;
+  cb.debuginfo_path = &debuginfo_path;
+  Dwfl* dwfl = dwfl_begin(&cb);
+  REQUIRE(dwfl != nullptr);
+  REQUIRE(dwfl_linux_proc_report(dwfl, getpid()) == 0);
+  REQUIRE(dwfl_report_end(dwfl, nullptr, nullptr) == 0);
+
+  Symbolizer sym;
+  size_t compared = 0, inlined = 0, with_line = 0;
+  for (auto [t, want] : plan) {
+    uintptr_t total = 0;
+    for (auto [s, e] : t->ranges) total += e - s;
+    REQUIRE(total > 0);
+    const uintptr_t stride = total / want > 0 ? total / want : 1;
+    size_t k = 0;
+    for (auto [s, e] : t->ranges)
+      for (uintptr_t pc = s + (stride / 3); pc < e; pc += stride, ++k) {
+        const uintptr_t p = pc + k % 5;  // not all at one alignment
+        Dwfl_Module* mod = dwfl_addrmodule(dwfl, p);
+        REQUIRE(mod != nullptr);
+        const auto ref = reference_frames(mod, p);
+        if (ref.empty()) continue;
+        const auto& got = sym.frames(p + 1);  // frames() takes return addresses
+        INFO(t->name << " pc " << hex(p) << " (offset " << hex(p - t->base) << ")");
+        REQUIRE(got.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          INFO("frame " << i);
+          CHECK(got[i].function == ref[i].function);
+          CHECK(got[i].file == ref[i].file);
+          CHECK(got[i].line == ref[i].line);
+        }
+        ++compared;
+        inlined += ref.size() > 1;
+        with_line += ref[0].line > 0;
+      }
+  }
+  dwfl_end(dwfl);
+  INFO("compared " << compared << ", with inlined frames " << inlined << ", with a line " << with_line);
+  // The sample must exercise what the indexes replace.
+  CHECK(compared > 400);
+  CHECK(inlined > 100);
+  CHECK(with_line > 250);
 }
