@@ -256,6 +256,20 @@ def case_usage(mt):
     check(rc == 0 and "MiB" in out and "peak reserved" in out, "human output:\n%s\n%s" % (out, err))
 
 
+def case_default_configs(mt):
+    """Without --alloc-conf: the recorded settings first (reproduced), then expandable segments and
+    memtrace's own policy."""
+    fx = fixtures()["inference_rounding"]
+    result, _ = mt.json(os.path.join(DATA, "inference_rounding.pickle"))
+    confs = [c["alloc_conf"] for c in result["configurations"]]
+    check(confs == [fx["alloc_conf"], "expandable_segments:True", "memtrace_policy:remap"],
+          "default configurations: %s" % confs)
+    compare("inference_rounding as recorded", result["configurations"][0], fx["reference"])
+    check(result["configurations"][0]["matches_recorded"] is True, "recorded settings not reproduced")
+    remap = result["configurations"][2]
+    check(remap["policy"] == "remap", "memtrace_policy:remap not applied: %s" % remap["policy"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memtrace", required=True)
