@@ -256,6 +256,59 @@ def case_usage(mt):
     check(rc == 0 and "MiB" in out and "peak reserved" in out, "human output:\n%s\n%s" % (out, err))
 
 
+def entry(action, addr, size, stream=0):
+    return {"action": action, "addr": addr, "size": size, "stream": stream, "time_us": 1767225600000000,
+            "compile_context": "", "user_metadata": ""}
+
+
+def case_pairing(mt):
+    """A block goes back to the pool at its free_completed, not at its free_requested (record_stream
+    delays the completion): a request in between must not get it."""
+    from reference_allocator import Settings
+    seg, kib = 0x7F0000000000, 1024
+    trace = [entry("segment_alloc", seg, 2 * MIB),
+             entry("alloc", seg, 600 * kib),
+             entry("free_requested", seg, 600 * kib),
+             entry("alloc", seg + 600 * kib, 600 * kib),      # the first block is still in use
+             entry("free_completed", seg, 600 * kib),
+             entry("alloc", seg, 600 * kib),                  # now it is reused
+             entry("free_requested", seg + 600 * kib, 600 * kib),
+             entry("free_completed", seg + 600 * kib, 600 * kib),
+             entry("free_requested", seg, 600 * kib),
+             entry("free_completed", seg, 600 * kib)]
+    snap = {"segments": [{"device": 0, "address": seg, "total_size": 2 * MIB, "stream": 0,
+                          "segment_type": "small", "frames": [],
+                          "blocks": [{"size": 2 * MIB, "requested_size": 0, "state": "inactive", "frames": []}]}],
+            "device_traces": [trace], "allocator_settings": Settings("").as_snapshot_dict()}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "pairing.pickle")
+        reference_snapshot.write(path, snap)
+        result, _ = mt.json(path, "--alloc-conf", "")
+    got = result["configurations"][0]
+    check(got["peak_allocated"] == 1200 * kib, "peak allocated %d: a block was reused before its "
+          "free_completed" % got["peak_allocated"])
+    check(got["segment_alloc_sizes"] == [2 * MIB] and got["matches_recorded"] is True, "segments: %s" % got)
+    rep = result["replayed"]
+    check((rep["allocs"], rep["frees"], rep["skipped"], rep["preallocated"]) == (3, 3, 0, 0), "counts: %s" % rep)
+
+
+def case_memtrace_dropped(mt):
+    """memtrace's own snapshots say how many history entries were overwritten before the dump
+    (allocator_settings['memtrace']['entries_dropped']): the replay reports the history truncated."""
+    snap = load(os.path.join(DATA, "training_default.pickle"))
+    snap["allocator_settings"]["memtrace"] = {"allocator": "caching", "entries_dropped": 17, "pid": 4242}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "memtrace.pickle")
+        reference_snapshot.write(path, snap)
+        result, _ = mt.json(path, "--alloc-conf", "")
+        rc, out, _ = mt.run(path)
+    check(result["producer"] == "memtrace", "producer: %s" % result["producer"])
+    rep = result["replayed"]
+    check(rep["truncated"] is True and rep["entries_dropped"] == 17, "dropped entries not reported: %s" % rep)
+    check(result["configurations"][0]["matches_recorded"] is None, "a truncated history cannot match")
+    check(rc == 0 and "17 entries dropped" in out, "human output:\n%s" % out)
+
+
 def case_default_configs(mt):
     """Without --alloc-conf: the recorded settings first (reproduced), then expandable segments and
     memtrace's own policy."""
