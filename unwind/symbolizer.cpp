@@ -48,9 +48,15 @@ std::string demangle(const char* name) {
 }
 
 std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
+  char buf[20];
+  char* p = buf + sizeof buf;
+  do {
+    *--p = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  *--p = 'x';
+  *--p = '0';
+  return std::string(p, buf + sizeof buf);
 }
 
 std::string_view base_name(std::string_view p) {
@@ -825,6 +831,38 @@ struct Symbolizer::Impl {
     return *slot;
   }
 
+  // Per compilation unit, its address ranges sorted, so that "does the unit cover pc" is a
+  // binary search rather than dwarf_haspc's walk of the unit's range list every time.
+  struct UnitRanges {
+    bool ok = true;  // false: reading the list failed; dwarf_haspc answers instead
+    std::vector<std::pair<Dwarf_Addr, Dwarf_Addr>> ranges;  // [low, high), by low
+    std::vector<Dwarf_Addr> max_high;  // running maximum of high
+  };
+  std::unordered_map<const void*, UnitRanges> unit_ranges;
+
+  bool unit_has_pc(Dwarf_Die* cudie, Dwarf_Addr pc) {
+    auto [it, fresh] = unit_ranges.try_emplace(cudie->addr);
+    UnitRanges& u = it->second;
+    if (fresh) {
+      Dwarf_Addr base = 0, low = 0, high = 0;
+      ptrdiff_t off = 0;
+      while ((off = dwarf_ranges(cudie, off, &base, &low, &high)) > 0)
+        if (low < high) u.ranges.push_back({low, high});
+      u.ok = off == 0;
+      std::sort(u.ranges.begin(), u.ranges.end());
+      Dwarf_Addr m = 0;
+      for (auto& r : u.ranges) u.max_high.push_back(m = std::max(m, r.second));
+    }
+    if (!u.ok) return dwarf_haspc(cudie, pc) > 0;
+    auto at = std::upper_bound(u.ranges.begin(), u.ranges.end(), pc,
+                               [](Dwarf_Addr v, const auto& r) { return v < r.first; });
+    for (size_t i = static_cast<size_t>(at - u.ranges.begin()); i-- > 0;) {
+      if (u.max_high[i] <= pc) return false;
+      if (u.ranges[i].second > pc) return true;
+    }
+    return false;
+  }
+
   ScopeIndex* scope_index(Dwarf_Die* cudie) {
     auto& slot = scope_indexes[cudie->addr];
     if (slot == nullptr) slot = std::make_unique<ScopeIndex>(cudie);
@@ -849,6 +887,7 @@ struct Symbolizer::Impl {
   void report() {
     generation = loader_generation();
     scope_indexes.clear();
+    unit_ranges.clear();
     symbol_indexes.clear();
     elf_names.clear();
     dwarf_names.clear();
@@ -939,7 +978,7 @@ struct Symbolizer::Impl {
     int line = 0;
     Dwarf_Addr bias = 0;
     Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
-    if (cudie != nullptr && dwarf_haspc(cudie, pc - bias) <= 0) cudie = nullptr;
+    if (cudie != nullptr && !unit_has_pc(cudie, pc - bias)) cudie = nullptr;
     Dwfl_Line* l = cudie != nullptr ? dwfl_module_getsrc(mod, pc) : nullptr;
     if (l != nullptr) {
       Dwarf_Addr line_bias = 0;
