@@ -191,16 +191,22 @@ def case_capacity_oom(mt):
     snap_path = os.path.join(DATA, "inference_default.pickle")
     trace = load(snap_path)["device_traces"][0]
     allocs = [i for i, e in enumerate(trace) if e["action"] == "alloc"]
-    for capacity in (100 * MIB, 86 * MIB):
-        _, ref = reference_snapshot.run(ops, "", capacity=capacity)
+    for conf, capacity in (("", 100 * MIB), ("", 86 * MIB), ("expandable_segments:True", 113 * MIB),
+                           ("expandable_segments:True", 100 * MIB)):
+        _, ref = reference_snapshot.run(ops, conf, capacity=capacity)
         check(ref["oom"] is not None, "reference does not run out at %d" % capacity)
-        result, _ = mt.json(snap_path, "--alloc-conf", "", "--capacity", str(capacity))
-        got = result["configurations"][0]["oom"]
-        check(got is not None, "no OOM reported at capacity %d" % capacity)
-        check(got["alloc_ordinal"] == ref["oom"]["alloc_ordinal"],
-              "OOM at alloc #%d, reference at #%d" % (got["alloc_ordinal"], ref["oom"]["alloc_ordinal"]))
-        check(got["event_index"] == allocs[ref["oom"]["alloc_ordinal"]], "OOM event index")
-        check(got["size"] == ref["oom"]["size"], "OOM request size")
+        result, _ = mt.json(snap_path, "--alloc-conf", conf, "--capacity", str(capacity))
+        got = result["configurations"][0]
+        oom = got["oom"]
+        what = "%r at %d MiB" % (conf, capacity // MIB)
+        check(oom is not None, "no OOM reported: " + what)
+        check(oom["alloc_ordinal"] == ref["oom"]["alloc_ordinal"],
+              "%s: OOM at alloc #%d, reference at #%d" % (what, oom["alloc_ordinal"], ref["oom"]["alloc_ordinal"]))
+        check(oom["event_index"] == allocs[ref["oom"]["alloc_ordinal"]], what + ": OOM event index")
+        check(oom["size"] == ref["oom"]["size"] and not oom["recorded"], what + ": OOM request")
+        # Failed requests are left out and the replay goes on, as the reference's workload does.
+        check(got["peak_reserved"] == ref["peak_reserved"] and got["peak_allocated"] == ref["peak_allocated"],
+              what + ": peaks after the OOM differ from the reference's")
     result, _ = mt.json(snap_path, "--alloc-conf", "", "--capacity", "1GiB")
     check(result["configurations"][0]["oom"] is None, "OOM reported with room to spare")
     check(result["capacity"] == 1 << 30, "--capacity 1GiB read as %s" % result["capacity"])
