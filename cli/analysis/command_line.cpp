@@ -1,0 +1,107 @@
+#include "cli/analysis/command_line.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+namespace memtrace::analysis {
+
+namespace {
+
+bool parse_count(const char* s, long long lo, long long hi, long long* out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec) {
+  CommandLine cl;
+  auto bad = [&](const std::string& msg) -> std::optional<CommandLine> {
+    std::fprintf(stderr, "memtrace %s: %s\n\n%s", spec.name, msg.c_str(), spec.help);
+    return std::nullopt;
+  };
+  bool only_args = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&](std::string_view opt) -> const char* {
+      if (a.size() > opt.size() && a.substr(0, opt.size()) == opt && a[opt.size()] == '=') return argv[i] + opt.size() + 1;
+      if (i + 1 < argc) return argv[++i];
+      return nullptr;
+    };
+    auto is = [&](std::string_view opt) { return a == opt || (a.size() > opt.size() && a.substr(0, opt.size() + 1) == std::string(opt) + "="); };
+    if (only_args || a.empty() || a[0] != '-' || a == "-") {
+      cl.args.emplace_back(a);
+    } else if (a == "--") {
+      only_args = true;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(spec.help, stdout);
+      cl.help = true;
+      return cl;
+    } else if (a == "--json") {
+      cl.json = true;
+    } else if (is("--device")) {
+      long long d = 0;
+      const char* v = value("--device");
+      if (!parse_count(v, 0, 1023, &d)) return bad("--device needs a device index (0-1023)");
+      cl.device = static_cast<int>(d);
+    } else if (spec.takes_at && is("--at")) {
+      const char* v = value("--at");
+      std::string_view w = v ? v : "";
+      if (w == "peak") cl.at = Moment::kPeak;
+      else if (w == "end") cl.at = Moment::kEnd;
+      else return bad("--at takes 'peak' or 'end'");
+    } else if (spec.takes_output && (a == "-o" || is("--output"))) {
+      const char* v = a == "-o" ? (i + 1 < argc ? argv[++i] : nullptr) : value("--output");
+      if (!v || !*v) return bad("-o needs a file name");
+      cl.output = v;
+    } else if (spec.takes_top && is("--top")) {
+      long long n = 0;
+      if (!parse_count(value("--top"), 0, 1LL << 40, &n)) return bad("--top needs a count (0 = all)");
+      cl.top = static_cast<size_t>(n);
+    } else {
+      return bad("unknown option '" + std::string(a) + "'");
+    }
+  }
+  int n = static_cast<int>(cl.args.size());
+  if (n < spec.min_args || n > spec.max_args) {
+    if (spec.min_args == spec.max_args)
+      return bad(spec.min_args == 1 ? "expects one file" : "expects " + std::to_string(spec.min_args) + " files");
+    return bad("wrong number of arguments");
+  }
+  if (spec.output_required && cl.output.empty()) return bad("-o OUT is required");
+  return cl;
+}
+
+std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec) {
+  reader::LoadResult r = reader::load_snapshot(path);
+  if (!r.snapshot) {
+    std::fprintf(stderr, "memtrace %s: %s\n", spec.name,
+                 r.error ? r.error->message.c_str() : (path + ": cannot be read").c_str());
+    return std::nullopt;
+  }
+  return std::move(*r.snapshot);
+}
+
+std::vector<int> devices_to_report(const reader::Snapshot& s, const std::optional<int>& only) {
+  if (only) return {*only};
+  int n = device_count(s);
+  std::vector<bool> used(static_cast<size_t>(n), false);
+  for (int d = 0; d < static_cast<int>(s.device_traces.size()); ++d)
+    if (!s.device_traces[d].empty()) used[d] = true;
+  for (const auto& seg : s.segments)
+    if (seg.device >= 0) used[seg.device] = true;
+  std::vector<int> out;
+  for (int d = 0; d < n; ++d)
+    if (used[d]) out.push_back(d);
+  if (out.empty()) out.push_back(0);
+  return out;
+}
+
+}  // namespace memtrace::analysis

@@ -1,0 +1,49 @@
+// The options every analysis command shares (--json, --device N, --help, --at, -o, --top) and the
+// two ways such a command fails before it starts: bad usage and a file that does not load (both
+// exit status 2, one line on stderr).
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/analysis/device_history.hpp"
+#include "cli/reader/snapshot.hpp"
+
+namespace memtrace::analysis {
+
+constexpr int kExitBadInput = 2;  // bad usage or a file that does not load
+
+struct CommandSpec {
+  const char* name;   // "summary"
+  const char* help;   // printed for --help (stdout) and after a usage error (stderr)
+  int min_args = 1;
+  int max_args = 1;
+  bool takes_at = false;      // --at peak|end
+  bool takes_output = false;  // -o FILE
+  bool output_required = false;
+  bool takes_top = false;     // --top N
+};
+
+struct CommandLine {
+  bool help = false;
+  bool json = false;
+  std::optional<int> device;
+  Moment at = Moment::kEnd;
+  std::string output;
+  std::optional<size_t> top;
+  std::vector<std::string> args;
+};
+
+// argv[0] is the command's name. Returns nullopt after printing "memtrace NAME: problem" and the
+// help to stderr; sets help (after printing it to stdout) for -h/--help.
+std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec);
+
+// Loads a snapshot or prints "memtrace NAME: <the reader's error line>" to stderr.
+std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec);
+
+// The devices a command reports: --device N alone, else every device with a segment or an entry
+// (device 0 when the file has none).
+std::vector<int> devices_to_report(const reader::Snapshot& s, const std::optional<int>& only);
+
+}  // namespace memtrace::analysis

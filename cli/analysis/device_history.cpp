@@ -1,0 +1,159 @@
+#include "cli/analysis/device_history.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace memtrace::analysis {
+
+using reader::Action;
+using reader::BlockState;
+
+int device_count(const reader::Snapshot& s) {
+  int n = static_cast<int>(s.device_traces.size());
+  for (const auto& seg : s.segments) n = std::max(n, seg.device + 1);
+  return n;
+}
+
+namespace {
+
+constexpr uint32_t kNever = UINT32_MAX;
+
+bool is_live(BlockState st) { return st == BlockState::kActiveAllocated || st == BlockState::kActivePendingFree; }
+
+int64_t segment_delta(const reader::TraceEntry& e) {
+  switch (e.action) {
+    case Action::kSegmentAlloc:
+    case Action::kSegmentMap:
+      return static_cast<int64_t>(e.size);
+    case Action::kSegmentFree:
+    case Action::kSegmentUnmap:
+      return -static_cast<int64_t>(e.size);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_sets) {
+  DeviceHistory h;
+  h.device = device;
+  static const std::vector<reader::TraceEntry> kEmpty;
+  const auto& tr = device >= 0 && device < static_cast<int>(s.device_traces.size()) ? s.device_traces[device] : kEmpty;
+  const size_t n = std::min<size_t>(tr.size(), kNever - 1);
+  h.entries = n;
+
+  bool any_completed = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (tr[i].action == Action::kFreeCompleted) any_completed = true;
+    int64_t t = tr[i].time_us;
+    if (t != 0) {
+      if (h.first_time_us == 0 || t < h.first_time_us) h.first_time_us = t;
+      if (t > h.last_time_us) h.last_time_us = t;
+    }
+  }
+  const Action closer = any_completed ? Action::kFreeCompleted : Action::kFreeRequested;
+
+  // Pass 1: pair allocs with their frees; running sums relative to the (still unknown) start.
+  std::vector<uint32_t> closed_at(with_sets ? n : 0, kNever);
+  std::vector<uint32_t> frees_without_alloc;
+  std::unordered_map<uint64_t, uint32_t> open;
+  open.reserve(1024);
+  int64_t alloc_sum = 0, alloc_max = 0;
+  int64_t seg_sum = 0, seg_max = 0;
+  int64_t peak_index = -1;
+  uint64_t unknown_free_bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const reader::TraceEntry& e = tr[i];
+    if (e.action == Action::kAlloc) {
+      auto [it, inserted] = open.try_emplace(e.addr, static_cast<uint32_t>(i));
+      if (!inserted) {  // its free was not recorded: it ends here
+        alloc_sum -= static_cast<int64_t>(tr[it->second].size);
+        if (with_sets) closed_at[it->second] = static_cast<uint32_t>(i);
+        it->second = static_cast<uint32_t>(i);
+      }
+      alloc_sum += static_cast<int64_t>(e.size);
+    } else if (e.action == closer) {
+      auto it = open.find(e.addr);
+      if (it != open.end()) {
+        alloc_sum -= static_cast<int64_t>(tr[it->second].size);
+        if (with_sets) closed_at[it->second] = static_cast<uint32_t>(i);
+        open.erase(it);
+      } else {
+        alloc_sum -= static_cast<int64_t>(e.size);
+        unknown_free_bytes += e.size;
+        frees_without_alloc.push_back(static_cast<uint32_t>(i));
+      }
+    } else {
+      seg_sum += segment_delta(e);
+      seg_max = std::max(seg_max, seg_sum);
+      continue;
+    }
+    if (alloc_sum > alloc_max) {
+      alloc_max = alloc_sum;
+      peak_index = static_cast<int64_t>(i);
+    }
+  }
+  h.frees_without_alloc = frees_without_alloc.size();
+
+  // Final state of this device.
+  std::vector<LiveAlloc> untraced;
+  uint64_t untraced_bytes = 0;
+  for (const reader::Segment& seg : s.segments) {
+    if (seg.device != device) continue;
+    ++h.segment_count;
+    h.reserved_now += seg.total_size;
+    for (const reader::Block& b : seg.blocks) {
+      if (!is_live(b.state)) {
+        h.free_in_segments += b.size;
+        h.largest_free_block = std::max(h.largest_free_block, b.size);
+        continue;
+      }
+      ++h.live_count;
+      h.allocated_now += b.size;
+      h.requested_now += b.requested_size;
+      auto it = open.find(b.address);
+      LiveAlloc a{b.address, b.requested_size, b.stack, 0};
+      if (it != open.end()) {
+        const reader::TraceEntry& e = tr[it->second];
+        a.category = e.category;
+        if (a.stack == 0) a.stack = e.stack;
+        a.bytes = e.size;  // the history's unit, so that the end of the walk is this state
+      } else {
+        ++h.untraced_blocks;
+        untraced_bytes += a.bytes;
+        if (with_sets) untraced.push_back(a);
+      }
+      if (with_sets) h.live_at_end.push_back(a);
+    }
+  }
+  // Allocations the history leaves open but the final state lacks (an inconsistent file) stay alive
+  // to the end: the walk counted them, so the end set does too.
+  if (with_sets && open.size() + untraced.size() > h.live_at_end.size()) {
+    std::unordered_map<uint64_t, bool> in_final;
+    for (const LiveAlloc& a : h.live_at_end) in_final.emplace(a.addr, true);
+    for (const auto& [addr, idx] : open)
+      if (!in_final.count(addr)) h.live_at_end.push_back({addr, tr[idx].size, tr[idx].stack, tr[idx].category});
+  }
+
+  const uint64_t start = untraced_bytes + unknown_free_bytes;
+  h.peak_allocated = static_cast<uint64_t>(static_cast<int64_t>(start) + alloc_max);
+  h.peak_index = peak_index;
+  h.peak_time_us = peak_index >= 0 ? tr[peak_index].time_us : 0;
+  const int64_t reserved_start = static_cast<int64_t>(h.reserved_now) - seg_sum;
+  h.peak_reserved = static_cast<uint64_t>(std::max<int64_t>(reserved_start + seg_max, static_cast<int64_t>(h.reserved_now)));
+
+  if (with_sets) {
+    h.live_at_peak = untraced;
+    for (uint32_t i : frees_without_alloc)
+      if (static_cast<int64_t>(i) > peak_index) h.live_at_peak.push_back({tr[i].addr, tr[i].size, tr[i].stack, tr[i].category});
+    for (int64_t i = 0; i <= peak_index; ++i) {
+      const reader::TraceEntry& e = tr[i];
+      if (e.action == Action::kAlloc && (closed_at[i] == kNever || static_cast<int64_t>(closed_at[i]) > peak_index))
+        h.live_at_peak.push_back({e.addr, e.size, e.stack, e.category});
+    }
+  }
+  return h;
+}
+
+}  // namespace memtrace::analysis

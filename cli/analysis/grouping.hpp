@@ -1,0 +1,26 @@
+// Allocations grouped the ways the commands report them: by stack (keyed by its text, so that the
+// same call path groups together within a file and across files), by owner, or by both.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/analysis/device_history.hpp"
+#include "cli/reader/snapshot.hpp"
+
+namespace memtrace::analysis {
+
+struct Group {
+  std::string stack;        // stack_text(); "" when grouping by owner only
+  reader::StackId stack_id = 0;  // one of the stacks with that text (for frame lists)
+  std::string owner;        // the owner ("unknown" when none); by stack: the owner holding most bytes
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+enum class GroupBy { kStack, kOwner, kStackAndOwner };
+
+// Largest first (then most allocations, then by text): the order every command prints.
+std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, GroupBy by);
+
+}  // namespace memtrace::analysis

@@ -1,0 +1,15 @@
+// Byte counts and Unix-microsecond times as people read them in the text output of the commands.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace memtrace::analysis {
+
+// "512 B", "1.50 KiB", "8.00 MiB", "2.25 GiB", "1.00 TiB" (binary units, two decimals).
+std::string human_bytes(uint64_t bytes);
+// Signed variant for differences: "+1.50 MiB", "-512 B", "0 B".
+std::string human_delta(int64_t bytes);
+// "2026-11-30 10:54:38.123456 UTC"; "-" when t is 0 (absent).
+std::string human_time_us(int64_t t);
+
+}  // namespace memtrace::analysis

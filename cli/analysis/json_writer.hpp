@@ -1,0 +1,44 @@
+// A small streaming JSON writer for the commands' --json output: objects, arrays, strings (escaped,
+// invalid UTF-8 replaced so the output always parses), integers, booleans. Output is one line per
+// document, keys in the order written, so golden files compare byte for byte.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memtrace::analysis {
+
+class JsonWriter {
+ public:
+  void begin_object();
+  void end_object();
+  void begin_array();
+  void end_array();
+  // Inside an object: the next value's key.
+  JsonWriter& key(std::string_view k);
+  void string(std::string_view s);
+  void integer(int64_t v);
+  void uinteger(uint64_t v);
+  void boolean(bool b);
+  void null();
+  void number(double v);  // finite values only; non-finite ones are written as null
+
+  // Shorthands for key + value.
+  void field(std::string_view k, std::string_view v) { key(k).string(v); }
+  void field(std::string_view k, const char* v) { key(k).string(v); }
+  void field_int(std::string_view k, int64_t v) { key(k).integer(v); }
+  void field_uint(std::string_view k, uint64_t v) { key(k).uinteger(v); }
+  void field_bool(std::string_view k, bool v) { key(k).boolean(v); }
+
+  const std::string& text() const { return out_; }
+
+ private:
+  void before_value();
+  void write_string(std::string_view s);
+  std::string out_;
+  std::vector<bool> first_;  // per open container: no element written yet
+  bool after_key_ = false;
+};
+
+}  // namespace memtrace::analysis

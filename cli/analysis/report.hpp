@@ -1,0 +1,29 @@
+// Pieces of output several commands print the same way: the line that names a snapshot, and a list
+// of groups as text rows or JSON objects. What each command prints around them lives in its
+// cli/cmd_<name>.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/analysis/grouping.hpp"
+#include "cli/analysis/json_writer.hpp"
+#include "cli/reader/snapshot.hpp"
+
+namespace memtrace::analysis {
+
+// "memtrace snapshot (pid 4242, rank 0, reason exit)" / "PyTorch snapshot".
+std::string describe_producer(const reader::Snapshot& s);
+// JSON: "producer": "memtrace"|"pytorch" and, for memtrace, "memtrace": {pid, rank, host, exe, reason,
+// entries_dropped}.
+void producer_json(JsonWriter& j, const reader::Snapshot& s);
+
+// Text rows "  <bytes> <count>x <owner> <stack>", at most `limit` (0 = all), then "  ... N more
+// (<bytes>)" when some were left out.
+void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, bool show_owner, bool show_stack);
+// JSON array of {bytes, count, owner, frames[]} (frames innermost first, as frame texts).
+void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Group>& groups, size_t limit,
+                 bool with_stack);
+
+}  // namespace memtrace::analysis

@@ -1,0 +1,21 @@
+// How a stack reads: the text that identifies it across files (ids differ from one snapshot to the
+// next, frame text does not) and the folded form flame graph tools read.
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "cli/reader/snapshot.hpp"
+
+namespace memtrace::analysis {
+
+// "name (file:line)", "name (file)" when line is 0, "name" without a file, "??" without a name.
+std::string frame_text(const reader::Snapshot& s, reader::FrameId f);
+// Innermost first, " < " between frames (the allocation site reads first); "[no stack]" when empty.
+std::string stack_text(const reader::Snapshot& s, reader::StackId id);
+// Outermost first, ';' between frames (flamegraph.pl's folded format); ';' and newlines inside a
+// frame are replaced so a frame stays one field. Empty stacks become "[no stack]".
+std::string folded_stack(const reader::Snapshot& s, reader::StackId id);
+// A trace entry's owner: its category, "unknown" when it has none.
+std::string_view owner_name(const reader::Snapshot& s, reader::StrId category);
+
+}  // namespace memtrace::analysis
