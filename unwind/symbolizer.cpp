@@ -12,6 +12,7 @@
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 #include <fcntl.h>
+#include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -184,6 +185,7 @@ class UnitReader {
     int tag = 0;
     bool children = false;
     bool may_have_pc = false;  // DW_AT_high_pc or DW_AT_ranges: dwarf_ranges may answer
+    bool has_high = false;     // DW_AT_high_pc
     std::vector<std::pair<uint16_t, uint16_t>> attrs;  // (name, form)
   };
   // What the walk needs of one DIE's attribute values.
@@ -191,6 +193,9 @@ class UnitReader {
     const unsigned char* sibling = nullptr;
     bool simple_pc = false;  // DW_FORM_addr low_pc with an address or offset high_pc
     Dwarf_Addr low = 0, high = 0;
+    bool has_high = false;
+    bool has_ranges_offset = false;  // DW_AT_ranges as DW_FORM_sec_offset
+    uint64_t ranges_offset = 0;
   };
 
   Dwarf_CU* cu = nullptr;
@@ -216,6 +221,7 @@ class UnitReader {
       return false;
     unit_ = section_ + unit_off;
     end_ = section_ + next;
+    find_range_lists(cudie);
     return static_cast<const unsigned char*>(cudie->addr) < end_;
   }
 
@@ -251,6 +257,9 @@ class UnitReader {
         }
         if (target < die_addr || target > end_) return nullptr;
         at->sibling = target;
+      } else if (name == DW_AT_ranges && form == DW_FORM_sec_offset) {
+        at->ranges_offset = fixed(v, offset_size_);
+        at->has_ranges_offset = true;
       } else if (name == DW_AT_low_pc && form == DW_FORM_addr) {
         low = fixed(v, addr_size_);
         have_low = true;
@@ -266,12 +275,81 @@ class UnitReader {
         }
       }
     }
+    if (at != nullptr && a->has_high) at->has_high = true;
     if (at != nullptr && have_low && have_high) {
       at->simple_pc = true;
       at->low = low;
       at->high = high_is_offset ? low + high : high;
     }
     return a;
+  }
+
+  // The ranges of a DW_AT_ranges list at `offset` in .debug_rnglists (DWARF 5) or
+  // .debug_ranges, as dwarf_ranges would give them, appended to out; false (out unchanged)
+  // for anything but the entry kinds a linked, non-split object uses: the caller then asks
+  // libdw.
+  bool range_list(uint64_t offset, std::vector<std::pair<Dwarf_Addr, Dwarf_Addr>>& out) const {
+    if (lists_ == nullptr || offset >= lists_size_) return false;
+    const unsigned char* p = lists_ + offset;
+    const unsigned char* end = lists_ + lists_size_;
+    const size_t first = out.size();
+    Dwarf_Addr base = unit_base_;
+    auto fail = [&] {
+      out.resize(first);
+      return false;
+    };
+    auto addr = [&](Dwarf_Addr& v) {
+      if (static_cast<size_t>(end - p) < addr_size_) return false;
+      v = fixed(p, addr_size_);
+      p += addr_size_;
+      return true;
+    };
+    auto leb = [&](uint64_t& v) {
+      v = 0;
+      for (unsigned shift = 0; p < end; shift += 7) {
+        unsigned char b = *p++;
+        if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) return true;
+      }
+      return false;
+    };
+    for (int n = 0; n < 1 << 20; ++n) {
+      Dwarf_Addr a = 0, b = 0;
+      if (version_ < 5) {
+        if (!addr(a) || !addr(b)) return fail();
+        const Dwarf_Addr all_ones = addr_size_ == 8 ? ~Dwarf_Addr{0} : 0xffffffffu;
+        if (a == 0 && b == 0) return true;
+        if (a == all_ones) {
+          base = b;
+          continue;
+        }
+        out.push_back({base + a, base + b});
+        continue;
+      }
+      if (p >= end) return fail();
+      switch (*p++) {
+        case DW_RLE_end_of_list:
+          return true;
+        case DW_RLE_offset_pair:
+          if (!leb(a) || !leb(b)) return fail();
+          out.push_back({base + a, base + b});
+          break;
+        case DW_RLE_base_address:
+          if (!addr(base)) return fail();
+          break;
+        case DW_RLE_start_end:
+          if (!addr(a) || !addr(b)) return fail();
+          out.push_back({a, b});
+          break;
+        case DW_RLE_start_length:
+          if (!addr(a) || !leb(b)) return fail();
+          out.push_back({a, a + b});
+          break;
+        default:  // the *x kinds index .debug_addr
+          return fail();
+      }
+    }
+    return fail();
   }
 
   // Skips the sibling list starting at p (a DIE's children); the position after its end.
@@ -295,6 +373,34 @@ class UnitReader {
   unsigned version_ = 0;
   uint8_t addr_size_ = 0, offset_size_ = 0;
   Abbrev null_;
+  // The unit's range-list section and base address (its DW_AT_low_pc); null when either is
+  // missing, and then dwarf_ranges reads every list.
+  const unsigned char* lists_ = nullptr;
+  size_t lists_size_ = 0;
+  Dwarf_Addr unit_base_ = 0;
+
+  void find_range_lists(Dwarf_Die* cudie) {
+    Dwarf_Addr base = 0;
+    if (dwarf_lowpc(cudie, &base) != 0) return;
+    Elf* elf = dwarf_getelf(dwarf_cu_getdwarf(cu));
+    size_t shstrndx = 0;
+    if (elf == nullptr || elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+    const char* want = version_ >= 5 ? ".debug_rnglists" : ".debug_ranges";
+    for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+      GElf_Shdr sh;
+      if (gelf_getshdr(scn, &sh) == nullptr) continue;
+      const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+      if (name == nullptr || std::strcmp(name, want) != 0) continue;
+      if ((sh.sh_flags & SHF_COMPRESSED) != 0) return;  // left to libdw
+      Elf_Data* d = elf_getdata(scn, nullptr);
+      if (d == nullptr || d->d_buf == nullptr) return;
+      lists_ = static_cast<const unsigned char*>(d->d_buf);
+      lists_size_ = d->d_size;
+      unit_base_ = base;
+      return;
+    }
+  }
+
   std::vector<std::unique_ptr<Abbrev>> by_code_;  // small codes (GCC and Clang number from 1)
   std::unordered_map<uint64_t, std::unique_ptr<Abbrev>> other_codes_;
 
@@ -408,6 +514,7 @@ class UnitReader {
       if (name > 0xffff || form > 0xffff) return nullptr;
       a->attrs.push_back({static_cast<uint16_t>(name), static_cast<uint16_t>(form)});
       if (name == DW_AT_high_pc || name == DW_AT_ranges) a->may_have_pc = true;
+      if (name == DW_AT_high_pc) a->has_high = true;
     }
     *slot = std::move(a);
     return slot->get();
@@ -418,16 +525,13 @@ struct ScopeIndex {
   struct Range {
     Dwarf_Addr low, high;
     int node;  // a child, by preorder (= DIE order among siblings)
-  };
-  struct Children {
-    std::vector<Range> ranges;         // sorted by low
-    std::vector<Dwarf_Addr> max_high;  // running maximum of high over ranges
+    int slot;  // whose child: 0 the unit's, else Node::children of the parent
   };
   struct Node {
     Dwarf_Die die{};
     int parent = -1;  // -1: a child of the unit
     int tag = 0;
-    int children = -1;  // index into kids, -1 when not descended / no address children
+    int children = -1;  // slot of its children's ranges, -1 when not descended / none
     const std::string* name = nullptr;  // demangled, once looked up
     bool have_call = false;
     std::string call_file;
@@ -435,10 +539,15 @@ struct ScopeIndex {
   };
   bool usable = true;
   std::vector<Node> nodes;
-  std::vector<Children> kids;  // kids[0]: the unit's own children
+  std::vector<std::pair<Dwarf_Addr, Dwarf_Addr>> scratch;  // one DIE's ranges
+  // All children's ranges in one array, by (slot, low, node); slot s owns
+  // [slot_begin[s], slot_begin[s + 1]). max_high: running maximum of high within a slot.
+  std::vector<Range> ranges;
+  std::vector<Dwarf_Addr> max_high;
+  std::vector<size_t> slot_begin;
+  std::vector<int> slot_count{0};  // while walking: ranges added per slot
 
   explicit ScopeIndex(Dwarf_Die* cudie) {
-    kids.emplace_back();
     UnitReader unit;
     if (!unit.open(cudie)) {
       usable = false;
@@ -451,14 +560,23 @@ struct ScopeIndex {
       return;
     }
     if (a->children) walk(unit, p, -1, 0, 0);
-    for (Children& c : kids) {
-      std::sort(c.ranges.begin(), c.ranges.end(), [](const Range& a, const Range& b) {
-        return a.low != b.low ? a.low < b.low : a.node < b.node;
-      });
-      c.max_high.resize(c.ranges.size());
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+      if (a.slot != b.slot) return a.slot < b.slot;
+      return a.low != b.low ? a.low < b.low : a.node < b.node;
+    });
+    slot_begin.assign(slot_count.size() + 1, 0);
+    for (size_t s = 0; s < slot_count.size(); ++s) slot_begin[s + 1] = slot_begin[s] + slot_count[s];
+    max_high.resize(ranges.size());
+    for (size_t s = 0; s < slot_count.size(); ++s) {
       Dwarf_Addr m = 0;
-      for (size_t i = 0; i < c.ranges.size(); ++i) c.max_high[i] = m = std::max(m, c.ranges[i].high);
+      for (size_t i = slot_begin[s]; i < slot_begin[s + 1]; ++i) max_high[i] = m = std::max(m, ranges[i].high);
     }
+    slot_count = {};
+  }
+
+  void add_range(Dwarf_Addr low, Dwarf_Addr high, int node, int slot) {
+    ranges.push_back({low, high, node, slot});
+    ++slot_count[slot];
   }
 
   // Walks the sibling list starting at p (just past the parent's attributes) and returns
@@ -494,13 +612,19 @@ struct ScopeIndex {
       if (at.simple_pc) {
         // dwarf_ranges' answer for a low_pc/high_pc pair, read directly.
         add_node();
-        if (at.low < at.high) kids[kids_slot].ranges.push_back({at.low, at.high, node});
+        if (at.low < at.high) add_range(at.low, at.high, node, kids_slot);
+      } else if (a->may_have_pc && !at.has_high && at.has_ranges_offset &&
+                 unit.range_list(at.ranges_offset, (scratch.clear(), scratch))) {
+        for (auto [start, end] : scratch) {
+          if (node < 0) add_node();
+          if (start < end) add_range(start, end, node, kids_slot);
+        }
       } else if (a->may_have_pc) {
         Dwarf_Addr base = 0, start = 0, end = 0;
         ptrdiff_t off = 0;
         while ((off = dwarf_ranges(&die, off, &base, &start, &end)) > 0) {
           if (node < 0) add_node();
-          if (start < end) kids[kids_slot].ranges.push_back({start, end, node});
+          if (start < end) add_range(start, end, node, kids_slot);
         }
         if (off < 0) {
           usable = false;
@@ -509,15 +633,12 @@ struct ScopeIndex {
       }
       if (!a->children) continue;
       if (node >= 0 && may_have_scopes(a->tag)) {
-        int slot = static_cast<int>(kids.size());
-        kids.emplace_back();
+        int slot = static_cast<int>(slot_count.size());
+        slot_count.push_back(0);
         nodes[node].children = slot;
         const unsigned char* after = walk(unit, p, node, slot, depth + 1);
         if (after == nullptr) return nullptr;
-        if (kids[slot].ranges.empty() && slot + 1 == static_cast<int>(kids.size())) {
-          kids.pop_back();
-          nodes[node].children = -1;
-        }
+        if (slot_count[slot] == 0) nodes[node].children = -1;
         p = at.sibling != nullptr ? at.sibling : after;
       } else if (at.sibling != nullptr) {
         p = at.sibling;
@@ -531,15 +652,16 @@ struct ScopeIndex {
     }
   }
 
-  // The first child (in DIE order) of kids[slot] containing pc, or -1.
+  // The first child (in DIE order) in slot containing pc, or -1.
   int first_containing(int slot, Dwarf_Addr pc) const {
-    const Children& c = kids[slot];
-    auto it = std::upper_bound(c.ranges.begin(), c.ranges.end(), pc,
+    const size_t b = slot_begin[slot], e = slot_begin[slot + 1];
+    auto it = std::upper_bound(ranges.begin() + static_cast<ptrdiff_t>(b),
+                               ranges.begin() + static_cast<ptrdiff_t>(e), pc,
                                [](Dwarf_Addr v, const Range& r) { return v < r.low; });
     int best = -1;
-    for (size_t i = static_cast<size_t>(it - c.ranges.begin()); i-- > 0;) {
-      if (c.max_high[i] <= pc) break;
-      const Range& r = c.ranges[i];
+    for (size_t i = static_cast<size_t>(it - ranges.begin()); i-- > b;) {
+      if (max_high[i] <= pc) break;
+      const Range& r = ranges[i];
       if (r.high > pc && (best < 0 || r.node < best)) best = r.node;
     }
     return best;
