@@ -161,6 +161,27 @@ Config parse_config(GetEnvFn getenv_fn) {
   if (const char* v = getenv_fn("MEMTRACE_FREE_STACKS")) {
     if (!parse_bool(v, &c.free_stacks)) log::warn("MEMTRACE_FREE_STACKS='{}' is not 0 or 1; using 0", v);
   }
+  if (const char* v = getenv_fn("MEMTRACE_PYTHON")) {
+    std::string_view m = v;
+    if (m == "auto")
+      c.python = PythonMode::Auto;
+    else if (m == "gil")
+      c.python = PythonMode::Gil;
+    else if (m == "off" || m == "0")
+      c.python = PythonMode::Off;
+    else
+      log::warn("MEMTRACE_PYTHON='{}' is not auto, gil or off; using auto", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_ALLOCATOR")) {
+    std::string_view m = trim(v);
+    if (iequals(m, "passthrough"))
+      c.allocator = AllocatorMode::Passthrough;
+    else if (iequals(m, "caching"))
+      c.allocator = AllocatorMode::Caching;
+    else
+      log::warn("MEMTRACE_ALLOCATOR='{}' is not passthrough or caching; using passthrough", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_ALLOC_CONF")) c.alloc_conf = v;
   if (const char* v = getenv_fn("MEMTRACE_MAX_ENTRIES")) {
     long long n;
     if (parse_int(v, 0, 100000000, &n))

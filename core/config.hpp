@@ -9,6 +9,12 @@
 namespace memtrace {
 
 enum class StackMode : uint8_t { None, Native };
+// Python frames: read whenever present (auto), only while the thread holds the GIL (gil), never.
+enum class PythonMode : uint8_t { Auto, Gil, Off };
+
+// Who serves cuMemAlloc/cuMemAllocPitch/cuMemFree: the driver (memtrace only watches), or
+// memtrace's caching allocator (core/caching/) over the driver.
+enum class AllocatorMode : uint8_t { Passthrough, Caching };
 
 // Reads the environment through a GetEnvFn (tests pass their own). Warnings go to stderr.
 using GetEnvFn = const char* (*)(const char*);
@@ -20,12 +26,16 @@ struct Config {
   int stack_depth = 64;                       // MEMTRACE_STACK_DEPTH (1..256)
   bool free_stacks = false;                   // MEMTRACE_FREE_STACKS: free entries get the free's
                                               // own stack, not the allocation's
+  PythonMode python = PythonMode::Auto;       // MEMTRACE_PYTHON: auto, gil or off
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
   bool debug = false;                         // MEMTRACE_DEBUG
   int dump_signal = 12;                       // MEMTRACE_SIGNAL (SIGUSR2; 0 = none)
   double interval_s = 0;                      // MEMTRACE_INTERVAL (0 = off)
   bool dump_on_oom = true;                    // MEMTRACE_DUMP_ON_OOM
+  AllocatorMode allocator = AllocatorMode::Passthrough;  // MEMTRACE_ALLOCATOR: passthrough or caching
+  std::string alloc_conf;                     // MEMTRACE_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF syntax; read
+                                              // (and warned about) by the caching allocator's owner
   std::string ranks;                          // MEMTRACE_RANKS as given ("" = every rank)
   std::vector<long> rank_list;                // ... parsed
 };

@@ -7,6 +7,7 @@
 #include "output/dump.hpp"
 #include "output/frame_source.hpp"
 #include "unwind/owner.hpp"
+#include "unwind/python_frames.hpp"
 #include "unwind/stack_table.hpp"
 #include "unwind/symbolizer.hpp"
 
@@ -25,6 +26,10 @@ std::string_view SymbolizedFrameSource::intern(std::string_view s) {
 void SymbolizedFrameSource::frames(uint32_t stack_id, std::vector<FrameRef>* out) {
   if (stack_id == 0) return;
   for (uintptr_t pc : table_.get(stack_id)) {
+    if (unwind::PythonFrameInfo py; unwind::describe_python_frame(pc, &py)) {
+      out->push_back(FrameRef{py.filename, py.name, py.line});
+      continue;
+    }
     std::string_view module = sym_.module_of(pc);
     if (!self_.empty() && module == self_) continue;  // memtrace's own frames never show
     std::string_view module_name;

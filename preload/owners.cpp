@@ -48,9 +48,18 @@ uint16_t OwnerTable::owner_of(uint32_t stack_id, const unwind::StackTable& stack
   known = by_stack_[stack_id].load(std::memory_order_relaxed);
   if (known) return static_cast<uint16_t>(known - 1);
   if (!modules_) modules_ = new unwind::ModuleMap();
+  // A new stack may hold frames of a library loaded since the last look; reading the loader's
+  // list now also keeps libraries that are dlclosed later in the map's history, so their
+  // addresses still resolve when a snapshot is written.
+  modules_->refresh_if_changed();
   uint16_t id = intern(unwind::owner_of_stack(stacks.get(stack_id), *modules_, exe_));
   by_stack_[stack_id].store(static_cast<uint16_t>(id + 1), std::memory_order_release);
   return id;
+}
+
+std::vector<unwind::LoadedObject> OwnerTable::module_history() {
+  SpinGuard g(lock_);
+  return modules_ ? modules_->history() : std::vector<unwind::LoadedObject>{};
 }
 
 std::vector<std::string> OwnerTable::names() {

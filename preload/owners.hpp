@@ -9,6 +9,7 @@
 
 #include "core/records.hpp"
 #include "core/spinlock.hpp"
+#include "unwind/module_map.hpp"
 
 namespace memtrace::unwind {
 class StackTable;
@@ -27,6 +28,8 @@ class OwnerTable {
   // Owner id of a stack (0: unknown). The first call for a stack looks its frames up in the
   // loader's module list; later calls are one load.
   uint16_t owner_of(uint32_t stack_id, const unwind::StackTable& stacks);
+  // Every object seen loaded while stacks were recorded, dlclosed ones included.
+  std::vector<unwind::LoadedObject> module_history();
   // Names by id; index 0 is "unknown".
   std::vector<std::string> names();
   void clear();  // forked child

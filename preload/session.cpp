@@ -12,7 +12,9 @@
 
 #include "core/log.hpp"
 #include "output/dump.hpp"
+#include "preload/caching_mode.hpp"
 #include "preload/dump_triggers.hpp"
+#include "unwind/python_frames.hpp"
 #include "unwind/stack_capture.hpp"
 
 namespace memtrace::preload {
@@ -79,7 +81,11 @@ bool initialise() {
   Session* s = new (g_storage) Session();
   s->config = cfg;
   s->recorder.configure(cfg.max_entries, cfg.skip_actions);
+  caching_mode::configure(cfg);
   dl_iterate_phdr(&find_self, reinterpret_cast<void*>(&find_self));
+  unwind::set_python_read_mode(cfg.python == PythonMode::Off   ? unwind::PythonReadMode::Off
+                               : cfg.python == PythonMode::Gil ? unwind::PythonReadMode::GilOnly
+                                                               : unwind::PythonReadMode::Auto);
   g_session = s;
   pthread_atfork(nullptr, nullptr, &fork_child);
   atexit(&on_exit_dump);
@@ -133,6 +139,14 @@ uint32_t capture_stack_id(Session& s, void* caller) {
     n = 1;
     skip = 0;
   }
+  if (s.config.stacks == StackMode::Native && unwind::python_present()) {
+    // Under CPython the interpreter's native frames are replaced by the Python frames they run.
+    int at = skip;
+    while (at < n && !unwind::in_python_interpreter(pcs[at] - 1)) ++at;
+    int room = s.config.stack_depth + skip - at;
+    int py = room > 0 ? unwind::capture_python(pcs + at, room) : 0;
+    if (py > 0) n = at + py;
+  }
   int keep = n - skip;
   if (keep > s.config.stack_depth) keep = s.config.stack_depth;
   return s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep));
@@ -176,6 +190,7 @@ void dump_now(const char* reason) {
     req.print_summary = s->config.summary && at_exit;
     req.include_frames = s->config.stacks != StackMode::None;
     req.reason = reason;
+    req.allocator = caching_mode::settings();
     output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
     if (!at_exit && rep.written && s->config.summary)
       log::info("{} snapshot: {} ({} bytes, {:.2f} s)", reason, rep.path, rep.bytes, rep.seconds);

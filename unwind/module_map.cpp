@@ -61,6 +61,32 @@ std::string mapped_path(uintptr_t addr) {
 
 namespace {
 
+// The GNU build id among the notes of a loaded PT_NOTE segment, as lower-case hex.
+std::string build_id_in_notes(uintptr_t at, size_t size) {
+  const uintptr_t end = at + size;
+  while (at + sizeof(ElfW(Nhdr)) <= end) {
+    ElfW(Nhdr) nh;
+    std::memcpy(&nh, reinterpret_cast<const void*>(at), sizeof nh);
+    uintptr_t name = at + sizeof nh;
+    uintptr_t desc = name + ((nh.n_namesz + 3) & ~3u);
+    uintptr_t next = desc + ((nh.n_descsz + 3) & ~3u);
+    if (next > end || next <= at) break;
+    if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+        std::memcmp(reinterpret_cast<const void*>(name), "GNU", 4) == 0) {
+      static const char kHex[] = "0123456789abcdef";
+      std::string out;
+      const auto* d = reinterpret_cast<const unsigned char*>(desc);
+      for (uint32_t i = 0; i < nh.n_descsz; ++i) {
+        out += kHex[d[i] >> 4];
+        out += kHex[d[i] & 15];
+      }
+      return out;
+    }
+    at = next;
+  }
+  return {};
+}
+
 uint64_t generation_of(dl_phdr_info* info, size_t size) {
   if (size < offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) return 0;
   return info->dlpi_adds + info->dlpi_subs;
@@ -91,9 +117,12 @@ std::vector<LoadedObject> loaded_objects() {
         auto* out = static_cast<std::vector<Raw>*>(arg);
         Raw r;
         r.name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        r.obj.bias = info->dlpi_addr;
         const uintptr_t page = 4096;
         for (int i = 0; i < info->dlpi_phnum; ++i) {
           const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_NOTE && r.obj.build_id.empty())
+            r.obj.build_id = build_id_in_notes(info->dlpi_addr + ph.p_vaddr, ph.p_memsz);
           if (ph.p_type != PT_LOAD || ph.p_memsz == 0) continue;
           uintptr_t s = info->dlpi_addr + ph.p_vaddr;
           uintptr_t e = s + ph.p_memsz;
@@ -141,6 +170,14 @@ const std::string* ModuleMap::intern_locked(std::string path) {
 void ModuleMap::read_locked() {
   generation_ = loader_generation();
   std::vector<LoadedObject> objects = loaded_objects();
+  // Objects gone since the last read were dlclosed: keep them for late symbolization.
+  for (LoadedObject& old : loaded_) {
+    bool still = std::any_of(objects.begin(), objects.end(), [&](const LoadedObject& o) {
+      return o.start == old.start && o.path == old.path;
+    });
+    if (!still && unloaded_.size() < 4096) unloaded_.push_back(std::move(old));
+  }
+  loaded_ = objects;
   segments_.clear();
   modules_ = objects.size();
   for (LoadedObject& o : objects) {
@@ -173,6 +210,13 @@ std::string_view ModuleMap::path_of(uintptr_t addr) {
     if (attempt == 0 && !refresh_if_changed()) break;
   }
   return {};
+}
+
+std::vector<LoadedObject> ModuleMap::history() {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<LoadedObject> out = loaded_;
+  out.insert(out.end(), unloaded_.begin(), unloaded_.end());
+  return out;
 }
 
 size_t ModuleMap::module_count() {

@@ -24,6 +24,8 @@ struct LoadedObject {
   uintptr_t start = 0;  // lowest PT_LOAD page
   uintptr_t end = 0;    // one past the highest PT_LOAD page
   std::vector<std::pair<uintptr_t, uintptr_t>> segments;  // PT_LOAD [start, end)
+  uintptr_t bias = 0;   // load bias (dlpi_addr): runtime address - ELF virtual address
+  std::string build_id; // lower-case hex from the loaded image's NT_GNU_BUILD_ID note; "" if none
 };
 // The loaded objects, in the loader's order (the program first).
 std::vector<LoadedObject> loaded_objects();
@@ -45,6 +47,9 @@ class ModuleMap {
   // Re-reads the loader's list if it changed since the last read; true if it did.
   bool refresh_if_changed();
   size_t module_count();
+  // Every object this map has seen loaded, including those unloaded (dlclose) since: what a
+  // late symbolizer needs for addresses recorded while they were there. Unloaded ones last.
+  std::vector<LoadedObject> history();
 
  private:
   struct Segment {
@@ -56,6 +61,8 @@ class ModuleMap {
 
   std::mutex mu_;
   std::vector<Segment> segments_;   // sorted by start
+  std::vector<LoadedObject> loaded_;   // as of the last read
+  std::vector<LoadedObject> unloaded_; // seen before, gone at a later read (bounded: 4096)
   std::deque<std::string> paths_;   // every path ever seen; never shrinks
   uint64_t generation_ = 0;
   size_t modules_ = 0;
