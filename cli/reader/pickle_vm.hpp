@@ -1,0 +1,172 @@
+// A pickle virtual machine for data-only pickles (dicts, lists, tuples, sets, str, bytes, int,
+// float, bool, None) as Python's pickle protocols 0-5, the TorchScript pickler and memtrace's
+// writer produce them. It builds no Python-like object tree of its own: values are 8-byte tagged
+// words, strings are interned once, containers are small headers whose items live in recycled
+// vectors, and a DictHook may turn a dict into a typed record the moment its items arrive (that is
+// how 1M trace entries cost ~70 bytes each instead of a generic dict each).
+//
+// Safety: every length is checked against the bytes left before anything is allocated, nesting
+// and memo indices are bounded, the memory the VM holds is capped at a multiple of the input size,
+// and object construction (GLOBAL, REDUCE, NEWOBJ, BUILD, persistent ids, extension codes,
+// out-of-band buffers) is refused — except the two globals Python uses to pickle `bytes` at
+// protocols 0-2 (_codecs.encode and builtins.bytes), which are evaluated here, never imported.
+//
+// Integers: anything in [INT64_MIN, UINT64_MAX] is exact. A LONG/LONG1/LONG4 outside that range
+// is kept as an "out of range" integer: reading it as a number fails (with the field's name), so a
+// huge value in a field nobody needs does not reject the file.
+//
+// Containers are sealed once a hook or the decoder has read them (a trace entry's frames list,
+// a record); changing a sealed container afterwards is an error. Python's pickler never does that
+// for acyclic data: children are complete before their parent is filled.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace memtrace::reader::pickle {
+
+enum class Tag : uint8_t {
+  kInt = 0,      // payload: signed 61-bit integer
+  kStr = 1,      // payload: string id
+  kObj = 2,      // payload: object index
+  kSpecial = 3,  // payload: 0 None, 1 False, 2 True
+  kNum = 4,      // payload: index into the boxed-number table (64-bit or out-of-range ints)
+  kFloat = 5,    // payload: index into the float table
+  kBytes = 6,    // payload: string id (the raw bytes)
+};
+
+struct Value {
+  uint64_t bits = 3;  // None
+  Tag tag() const { return static_cast<Tag>(bits & 7); }
+  uint64_t payload() const { return bits >> 3; }
+  static Value make(Tag t, uint64_t payload) { return Value{(payload << 3) | static_cast<uint64_t>(t)}; }
+  static Value none() { return make(Tag::kSpecial, 0); }
+  static Value boolean(bool b) { return make(Tag::kSpecial, b ? 2 : 1); }
+  bool is_none() const { return bits == none().bits; }
+  bool is_bool() const { return tag() == Tag::kSpecial && payload() != 0; }
+  bool is_str() const { return tag() == Tag::kStr; }
+  bool is_obj() const { return tag() == Tag::kObj; }
+  bool is_int() const { return tag() == Tag::kInt || tag() == Tag::kNum; }
+};
+
+enum class ObjKind : uint8_t {
+  kList,
+  kDict,      // items: key, value, key, value ... (a later equal key wins)
+  kTuple,
+  kSet,       // set or frozenset, items as a list
+  kRecord,    // a dict a DictHook took over; payload() is the hook's index
+  kCallable,  // one of the whitelisted globals (payload: which)
+  kPending,   // placeholder of the whitelisted REDUCE result before it is known (never visible)
+};
+
+struct Obj {
+  uint32_t payload = 0;   // kRecord: hook's index; kList with kCached: a cached id
+  uint32_t storage = 0;   // 1 + index into the item vectors; 0 = no items
+  uint32_t offset_lo = 0;  // byte offset of the opcode that created it
+  uint8_t offset_hi = 0;
+  ObjKind kind = ObjKind::kList;
+  uint8_t flags = 0;
+  uint8_t record_kind = 0;  // kRecord: which kind of record (the hook's choice)
+  static constexpr uint8_t kSealed = 1;
+  static constexpr uint8_t kCached = 2;  // payload holds an id the decoder computed from the items
+  uint64_t offset() const { return (uint64_t{offset_hi} << 32) | offset_lo; }
+};
+
+class Vm;
+
+// Offered every dict's first batch of items (SETITEMS on an empty dict, or DICT). Returning true
+// means the hook has made a record of them: the dict becomes a sealed kRecord whose record_kind
+// and payload the hook set through Vm::make_record. Returning false keeps it a plain dict.
+class DictHook {
+ public:
+  virtual ~DictHook() = default;
+  virtual bool take(Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs) = 0;
+};
+
+struct Number {
+  uint64_t bits = 0;
+  uint8_t kind = 0;  // 0: int64 in bits; 1: uint64 above INT64_MAX; 2: out of range (bits = 0)
+  bool negative = false;  // kind 2 only
+};
+
+class Vm {
+ public:
+  explicit Vm(DictHook* hook = nullptr) : hook_(hook) {}
+
+  // Runs the pickle in `bytes` up to its STOP; bytes after STOP are ignored (as Python does).
+  // On failure returns false with *error set to one line that names the byte offset.
+  bool run(std::string_view bytes, Value* result, std::string* error);
+
+  // ---- strings ----
+  uint32_t intern(std::string_view s);
+  std::string_view str(uint32_t id) const { return strings_[id]; }
+  // Moves the string table out (index = id; 0 is ""). The VM must not be used afterwards.
+  std::vector<std::string> take_strings();
+  size_t string_count() const { return strings_.size(); }
+
+  // ---- values ----
+  bool as_i64(Value v, int64_t* out) const;   // ints that fit int64
+  bool as_u64(Value v, uint64_t* out) const;  // ints in [INT64_MIN, UINT64_MAX]; negatives wrap
+  bool as_double(Value v, double* out) const;  // floats and ints
+  const Number* number(Value v) const { return v.tag() == Tag::kNum ? &numbers_[v.payload()] : nullptr; }
+  // "int", "str", "dict", ... for messages.
+  const char* type_name(Value v) const;
+
+  // ---- objects ----
+  Obj& obj(uint32_t i) { return objs_[i]; }
+  const Obj& obj(uint32_t i) const { return objs_[i]; }
+  ObjKind kind(Value v) const { return objs_[v.payload()].kind; }
+  bool is_kind(Value v, ObjKind k) const { return v.is_obj() && objs_[v.payload()].kind == k; }
+  // Items of a list/tuple/set, or key/value pairs of a dict (2 * pairs values).
+  const Value* items(uint32_t obj, size_t* n) const;
+  // Looks a string key up in a dict (last occurrence wins); nullptr when absent.
+  const Value* find(uint32_t dict_obj, uint32_t key_id) const;
+  // Turns a dict (items not yet stored) into a sealed record; for DictHook::take.
+  void make_record(uint32_t obj, uint8_t record_kind, uint32_t payload);
+  // Frees a sealed container's items once the caller has cached what it needs (kCached + payload).
+  void cache(uint32_t obj, uint32_t id, bool release_items);
+
+  // The byte offset of the opcode being executed (for hooks' messages).
+  uint64_t offset() const { return offset_; }
+  // Bytes of memory the VM holds (approximate); capped during run().
+  size_t memory_bytes() const;
+  // Extra bytes a hook holds on the VM's behalf (counted against the same cap).
+  void set_hook_bytes(size_t b) { hook_bytes_ = b; }
+
+  static constexpr size_t kMaxMarks = 10000;
+
+ private:
+  uint32_t new_obj(ObjKind k);
+  std::vector<Value>& storage_of(uint32_t obj);
+  void release_storage(uint32_t obj);
+  Value push_number(int64_t v);
+  Value push_unsigned(uint64_t v);
+  Value push_out_of_range(bool negative);
+  Value make_int_from_le(const uint8_t* p, size_t n);
+  bool parse_decimal(std::string_view text, Value* out);
+  bool memo_put(uint64_t idx, Value v);
+  bool memo_get(uint64_t idx, Value* v);
+
+  DictHook* hook_;
+  std::deque<std::string> strings_{std::string()};
+  std::unordered_map<std::string_view, uint32_t> string_ids_{{std::string_view(), 0}};
+  std::vector<Number> numbers_;
+  std::vector<double> floats_;
+  std::vector<Obj> objs_;
+  std::vector<std::vector<Value>> storage_;
+  std::vector<uint32_t> free_storage_;
+  size_t storage_bytes_ = 0;
+  size_t hook_bytes_ = 0;
+  std::vector<Value> stack_;
+  std::vector<size_t> marks_;
+  std::vector<Value> memo_;
+  std::vector<uint8_t> memo_set_;
+  std::unordered_map<uint64_t, Value> memo_far_;  // PUT indices far beyond the dense range
+  uint64_t offset_ = 0;
+};
+
+}  // namespace memtrace::reader::pickle

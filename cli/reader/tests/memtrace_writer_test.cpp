@@ -1,0 +1,152 @@
+// Snapshots written by memtrace's own builder (output/snapshot_builder.cpp) read back: producer,
+// allocator_settings['memtrace'], entries, segments, and stacks that differ only inside memtrace
+// (same frames) sharing one StackId.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "../../../output/tests/fake_source.hpp"
+#include "cli/reader/snapshot.hpp"
+#include "core/records.hpp"
+#include "output/pickle_writer.hpp"
+#include "output/snapshot_builder.hpp"
+
+namespace r = memtrace::reader;
+
+namespace {
+
+constexpr uint64_t kT0 = 1767225600000000;
+
+memtrace::TraceEntry entry(memtrace::Action a, uint64_t addr, uint64_t size, uint32_t stack, int16_t dev,
+                           uint64_t t) {
+  memtrace::TraceEntry e;
+  e.action = a;
+  e.addr = addr;
+  e.size = size;
+  e.stack_id = stack;
+  e.device = dev;
+  e.time_us = t;
+  return e;
+}
+
+std::string frame_names(const r::Snapshot& s, r::StackId id) {
+  std::string out;
+  for (r::FrameId f : s.stacks[id]) out += (out.empty() ? "" : "<") + std::string(s.str(s.frames[f].name));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("memtrace's own snapshot reads back") {
+  using memtrace::Action;
+  memtrace::output::test::FakeFrameSource src;
+  src.set(1, {{"train.py", "forward", 42}, {"train.py", "<module>", 7}}, "torch");
+  src.set(2, {{"nccl/enqueue.cc", "ncclAllReduce", 10}, {"train.py", "<module>", 7}}, "nccl");
+  src.set(3, {{"train.py", "forward", 42}, {"train.py", "<module>", 7}}, "torch");  // same frames as 1
+
+  memtrace::StateCopy st;
+  uint64_t a = 0x7f0000000000, b = 0x7f1000000000;
+  st.trace.push_back(entry(Action::SegmentAlloc, a, 1 << 20, 1, 0, kT0 + 1));
+  st.trace.push_back(entry(Action::Alloc, a, 1000000, 1, 0, kT0 + 1));
+  st.trace.push_back(entry(Action::SegmentAlloc, b, 4096, 2, 1, kT0 + 2));
+  st.trace.push_back(entry(Action::Alloc, b, 4000, 2, 1, kT0 + 2));
+  st.trace.push_back(entry(Action::SegmentAlloc, a + (2 << 20), 512, 3, 0, kT0 + 3));
+  st.trace.push_back(entry(Action::Alloc, a + (2 << 20), 500, 3, 0, kT0 + 3));
+  memtrace::TraceEntry oom = entry(Action::Oom, 0, 1ull << 40, 1, 0, kT0 + 4);
+  oom.device_free = 12345;
+  st.trace.push_back(oom);
+  auto live = [](uint64_t addr, uint64_t size, uint64_t req, uint32_t stack, int16_t dev) {
+    memtrace::AllocRecord rec;
+    rec.addr = addr;
+    rec.size = size;
+    rec.requested = req;
+    rec.stack_id = stack;
+    rec.device = dev;
+    return rec;
+  };
+  st.live = {live(a, 1 << 20, 1000000, 1, 0), live(a + (2 << 20), 512, 500, 3, 0), live(b, 4096, 4000, 2, 1)};
+  st.device_count = 2;
+  st.total_entries = 20;
+  st.dropped_entries = 13;
+  st.ring_capacity = 7;
+  st.time_us = kT0 + 10;
+
+  memtrace::output::PickleWriter w;
+  memtrace::output::BuildOptions o;
+  o.meta.pid = 4242;
+  o.meta.exe = "/usr/bin/python3";
+  o.meta.host = "node1";
+  o.meta.rank = "3";
+  o.meta.reason = "exit";
+  memtrace::output::build_snapshot(st, src, o, w);
+
+  r::LoadResult res = r::load_snapshot_bytes(w.bytes(), "memtrace.pickle");
+  REQUIRE_FALSE(res.error.has_value());
+  const r::Snapshot& s = *res.snapshot;
+  CHECK(s.producer == r::Producer::kMemtrace);
+  CHECK(s.memtrace.pid == 4242);
+  CHECK(s.memtrace.rank == "3");
+  CHECK(s.memtrace.host == "node1");
+  CHECK(s.memtrace.exe == "/usr/bin/python3");
+  CHECK(s.memtrace.reason == "exit");
+  CHECK(s.memtrace.entries_dropped == 13);
+  CHECK_FALSE(s.memtrace.allocator_caching);
+
+  REQUIRE(s.device_traces.size() == 2);
+  const auto& d0 = s.device_traces[0];
+  // Device 0: its 5 entries (no 'unknown' category among them, so the writer appends a marker).
+  REQUIRE(d0.size() >= 5);
+  CHECK(d0[0].action == r::Action::kSegmentAlloc);
+  CHECK(d0[0].addr == a);
+  CHECK(d0[0].size == (1 << 20));
+  CHECK(d0[0].time_us == static_cast<int64_t>(kT0 + 1));
+  CHECK(d0[1].action == r::Action::kAlloc);
+  CHECK(d0[1].size == 1000000);
+  CHECK(s.str(d0[1].category) == "torch");
+  CHECK(frame_names(s, d0[1].stack) == "forward<<module>");
+  // Stack ids 1 and 3 have the same frames: one StackId.
+  CHECK(d0[3].stack == d0[1].stack);
+  CHECK(d0[4].action == r::Action::kOom);
+  REQUIRE(d0[4].device_free.has_value());
+  CHECK(*d0[4].device_free == 12345);
+  CHECK(d0[4].size == (1ull << 40));
+  const auto& d1 = s.device_traces[1];
+  REQUIRE(d1.size() >= 2);
+  CHECK(s.str(d1[1].category) == "nccl");
+  CHECK(frame_names(s, d1[1].stack) == "ncclAllReduce<<module>");
+
+  REQUIRE(s.segments.size() == 3);
+  CHECK(s.segments[0].address == a);
+  CHECK(s.segments[0].blocks.size() == 1);
+  CHECK(s.segments[0].blocks[0].address == a);
+  CHECK(s.segments[0].blocks[0].requested_size == 1000000);
+  CHECK(s.segments[0].blocks[0].state == r::BlockState::kActiveAllocated);
+  CHECK(s.segments[0].blocks[0].stack == d0[1].stack);
+  CHECK(s.segments[2].device == 1);
+  CHECK(s.device_count() == 2);
+  CHECK(s.stacks.size() == 3);  // empty + two distinct
+}
+
+TEST_CASE("a memtrace snapshot without frames reads back with empty stacks") {
+  memtrace::output::NullFrameSource src;
+  memtrace::StateCopy st;
+  memtrace::TraceEntry e;
+  e.action = memtrace::Action::Alloc;
+  e.addr = 0x7f0000000000;
+  e.size = 64;
+  e.stack_id = 9;
+  st.trace.push_back(e);
+  st.device_count = 1;
+  memtrace::output::PickleWriter w;
+  memtrace::output::BuildOptions o;
+  o.include_frames = false;
+  memtrace::output::build_snapshot(st, src, o, w);
+  r::LoadResult res = r::load_snapshot_bytes(w.bytes(), "noframes.pickle");
+  REQUIRE_FALSE(res.error.has_value());
+  const r::Snapshot& s = *res.snapshot;
+  CHECK(s.producer == r::Producer::kMemtrace);
+  REQUIRE(s.device_traces.size() == 1);
+  REQUIRE_FALSE(s.device_traces[0].empty());
+  CHECK(s.device_traces[0][0].stack == 0);
+  CHECK(s.str(s.device_traces[0][0].category) == "unknown");
+  CHECK(s.stacks.size() == 1);
+}
