@@ -24,8 +24,8 @@ def alloc_weights(lib, size, label):
     ptr = ctypes.c_uint64()
     line = inspect.currentframe().f_lineno + 1
     must(label, lib.cuMemAlloc_v2(ctypes.byref(ptr), size))
-    print(f"ALLOC {label} {ptr.value:#x} {size}")
-    print(f"PYLINE {label} alloc_weights {line}")
+    print(f"ALLOC dev {ptr.value:#x} {size} {size}")
+    print(f"PYLINE {label} {ptr.value:#x} {line}")
     return ptr.value
 
 

@@ -924,6 +924,43 @@ def case_stack_paths(ctx):
               f"path {name}: memtrace's own frames in {frames}")
 
 
+@case
+def case_python_frames(ctx):
+    """A Python program allocating through ctypes, with the GIL released (CDLL) and held (PyDLL):
+    each allocation's frames show the Python functions, file and lines that led to it, in place
+    of the interpreter's own C frames, innermost first. MEMTRACE_PYTHON=off and =gil are obeyed."""
+    ctx.need_preload()
+    ctx.need_sim()
+    script = os.path.join(ctx.source, "tests", "process", "python_frames.py")
+    want_py = ["alloc_weights", "Model.build"]
+
+    def py_frames(frames):
+        return [f for f in frames if f["filename"].endswith("python_frames.py")]
+
+    for mode, expect in (("auto", {"released", "held"}), ("gil", {"held"}), ("off", set())):
+        r, snap = traced_and_checked(ctx, [sys.executable, script], env={"MEMTRACE_PYTHON": mode})
+        lines = {v[0]: (int(v[1], 16), int(v[2])) for v in r.out.values.get("PYLINE", [])}
+        check(set(lines) == {"released", "held"}, f"program printed PYLINE {lines}")
+        allocs = {e["addr"]: e for e in snap.actions("alloc")}
+        for label, (addr, line) in lines.items():
+            frames = allocs[addr].get("frames") or []
+            got = py_frames(frames)
+            if label not in expect:
+                check(not got, f"MEMTRACE_PYTHON={mode}, {label}: Python frames present: {got}")
+                continue
+            names = [f["name"] for f in got]
+            outer = "load_model_" + label
+            check(names[:3] == want_py + [outer] and names[-1] == "<module>",
+                  f"MEMTRACE_PYTHON={mode}, {label}: Python frames {names}; all: {frames}")
+            check(got[0]["line"] == line,
+                  f"MEMTRACE_PYTHON={mode}, {label}: line {got[0]['line']}, expected {line}")
+            first_py = frames.index(got[0])
+            check(not any(f["name"].startswith("_PyEval_EvalFrame") for f in frames[first_py:]),
+                  f"{label}: interpreter frames after the Python ones: {frames}")
+            check(all(f["filename"].endswith("python_frames.py") for f in frames[first_py:]),
+                  f"{label}: native frames mixed after the Python ones: {frames[first_py:]}")
+
+
 # snapshots on demand --------------------------------------------------------------------------
 
 def check_on_demand(ctx, r, reason_word, at_least):
