@@ -3,7 +3,7 @@
 # Uses a carried build folder (BUILD_DIR, default build/) or builds one; runs the examples and,
 # when PyTorch is present, examples/pytorch_example.py under memtrace against the real driver,
 # and prints memtrace's live total beside the driver's and NVML's figures and the count of
-# allocations by owner. Bounded: every program runs under `timeout`, the whole under 5 minutes.
+# allocations by owner, and the top owners by bytes (the PyTorch + NCCL run shows torch, nccl, cublas). Bounded: every program runs under `timeout`, the whole under 5 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
@@ -39,13 +39,30 @@ except Exception as e:
 live = collections.Counter()
 for seg in s['segments']:
     live[seg['device']] += seg['total_size']
-owners = collections.Counter()
+# Owner (trace category) of each address, from its latest alloc / segment_alloc entry.
+owner_of, total_by_owner, count_by_owner, py_frames = {}, collections.Counter(), collections.Counter(), 0
 for dev in s['device_traces']:
     for e in dev:
-        if e['action'] == 'alloc':
-            owners[e.get('category', 'unknown')] += 1
-print(f"   {name}: memtrace live at exit by device: " + ", ".join(f"dev{d}={v/2**20:.1f} MiB" for d, v in sorted(live.items())) )
-print(f"   {name}: allocations by owner: " + ", ".join(f"{k}={v}" for k, v in owners.most_common()))
+        if e['action'] in ('alloc', 'segment_alloc', 'segment_map'):
+            cat = e.get('category', 'unknown')
+            owner_of[e['addr']] = cat
+            total_by_owner[cat] += e['size']
+            count_by_owner[cat] += 1
+            if any(f['filename'].endswith('.py') for f in e.get('frames', [])):
+                py_frames += 1
+live_by_owner = collections.Counter()
+for seg in s['segments']:
+    addr = seg['address']
+    for b in seg['blocks']:
+        if b['state'] == 'active_allocated':
+            live_by_owner[owner_of.get(addr, 'unknown')] += b['size']
+        addr += b['size']
+mib = lambda v: f"{v/2**20:.1f} MiB"
+print(f"   {name}: memtrace live at exit by device: " + ", ".join(f"dev{d}={mib(v)}" for d, v in sorted(live.items())))
+print(f"   {name}: top owners, live at exit: " + ", ".join(f"{k}={mib(v)}" for k, v in live_by_owner.most_common(8)))
+print(f"   {name}: top owners, bytes allocated over the run: " +
+      ", ".join(f"{k}={mib(v)} in {count_by_owner[k]}" for k, v in total_by_owner.most_common(8)))
+print(f"   {name}: allocation entries with Python frames: {py_frames}")
 PY
 }
 
@@ -56,6 +73,7 @@ run_one() {  # run_one NAME CMD...
   local snap
   snap=$(ls -t "$OUT"/"$name"-*.pickle 2>/dev/null | head -1)
   [ -n "$snap" ] && report "$name" "$snap"
+  [ -n "$snap" ] && timeout 60 "$B/bin/memtrace" summary "$snap" 2>&1 | head -30 | sed 's/^/   | /'
 }
 
 run_one leak "$B/bin/leak"
