@@ -46,6 +46,8 @@ for dev in s['device_traces']:
         if e['action'] in ('alloc', 'segment_alloc', 'segment_map'):
             cat = e.get('category', 'unknown')
             owner_of[e['addr']] = cat
+            if e['action'] != 'alloc':
+                continue
             total_by_owner[cat] += e['size']
             count_by_owner[cat] += 1
             if any(f['filename'].endswith('.py') for f in e.get('frames', [])):
