@@ -1,6 +1,6 @@
 // Symbolization speed: memtrace's Symbolizer against binutils addr2line, on the same addresses.
 //
-//   bench_symbolize [PER_MODULE_SCALE]   (default 1.0; 0.25 for a quick run)
+//   bench_symbolize [PER_MODULE_SCALE [REPEAT]]   (defaults 1.0 and 5; 0.25 1 for a quick run)
 //
 // Builds several thousand distinct return addresses in three modules of this process:
 //   libstdc++.so.6        inside functions named by its symbol table, plus samples of its text
@@ -13,6 +13,10 @@
 //       module's offsets on its command line (-a only marks where each address's frames begin).
 // Both look up the same pc: the Symbolizer subtracts 1 from a return address itself (the call
 // instruction), so addr2line is given (return address - 1 - load base).
+// Each side is run REPEAT times, alternating (a fresh Symbolizer each time); a module's figure
+// is its fastest run and a total is the fastest run's total, so that other load on the
+// machine skews both sides alike. CPU seconds (this process for memtrace, the child's user +
+// system time for addr2line) are printed too: they move less with load than wall time.
 // Prints counts, seconds, addresses/second, the ratio, and how far the function names agree.
 // Not a test: figures depend on the machine (and on the page cache: the first run reads the
 // large library from disk for whichever tool goes first; the Symbolizer goes first here).
@@ -22,7 +26,9 @@
 #include <libelf.h>
 #include <link.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +52,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 struct Module {
   std::string label;
@@ -54,7 +65,7 @@ struct Module {
   std::vector<std::pair<uintptr_t, uintptr_t>> text;  // executable PT_LOAD ranges (runtime)
   std::vector<uintptr_t> rets;                        // return addresses (runtime)
   size_t from_symbols = 0, sampled = 0;
-  double sym_seconds = 0, a2l_seconds = 0;
+  double sym_seconds = 1e30, a2l_seconds = 1e30;  // fastest run
 };
 
 std::vector<Module>* g_mods;
@@ -175,7 +186,7 @@ bool is_addr_line(const std::string& l) {
 }
 
 // Runs addr2line over the module's addresses; returns frames per address, in order.
-std::vector<Frames> run_addr2line(const Module& m, double* seconds) {
+std::vector<Frames> run_addr2line(const Module& m, double* seconds, double* cpu_seconds) {
   std::vector<std::string> args = {"/usr/bin/addr2line", "-a", "-f", "-C", "-i", "-e", m.path};
   char buf[32];
   for (uintptr_t r : m.rets) {
@@ -203,7 +214,10 @@ std::vector<Frames> run_addr2line(const Module& m, double* seconds) {
     ssize_t n;
     while ((n = read(pipefd[0], chunk, sizeof chunk)) > 0) out.append(chunk, static_cast<size_t>(n));
     int status = 0;
-    waitpid(pid, &status, 0);
+    rusage ru{};
+    wait4(pid, &status, 0, &ru);
+    *cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                   static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
   } else {
     std::fprintf(stderr, "bench_symbolize: cannot run addr2line: %s\n", std::strerror(rc));
   }
@@ -280,6 +294,8 @@ bool memtrace_unnamed(const std::string& fn) {
 int main(int argc, char** argv) {
   double scale = argc > 1 ? std::atof(argv[1]) : 1.0;
   if (scale <= 0) scale = 1.0;
+  int repeat = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (repeat < 1) repeat = 1;
   elf_version(EV_CURRENT);
 
   // The large library.
@@ -340,38 +356,54 @@ int main(int argc, char** argv) {
     total += m.rets.size();
   }
 
-  // (a) memtrace's Symbolizer, fresh, construction included.
+  // (a) memtrace's Symbolizer, fresh, construction included; (b) addr2line, one process per
+  // module. Alternating, REPEAT times.
   std::map<uintptr_t, std::vector<std::string>> sym_names;
-  auto t0 = Clock::now();
-  double ctor = 0;
-  {
-    memtrace::unwind::Symbolizer sym;
-    ctor = since(t0);
-    for (Module& m : mods) {
-      auto t1 = Clock::now();
-      for (uintptr_t r : m.rets) sym.frames(r);
-      m.sym_seconds = since(t1);
-    }
-    // Names collected outside the timed part.
-    for (Module& m : mods)
-      for (uintptr_t r : m.rets) {
-        auto& v = sym_names[r];
-        for (const auto& f : sym.frames(r)) v.push_back(f.function);
-      }
-  }
-  double sym_total = ctor;
-  for (Module& m : mods) sym_total += m.sym_seconds;
-
-  // (b) addr2line, one process per module.
   std::map<uintptr_t, Frames> a2l_names;
-  double a2l_total = 0;
-  for (Module& m : mods) {
-    auto res = run_addr2line(m, &m.a2l_seconds);
-    a2l_total += m.a2l_seconds;
-    if (res.size() != m.rets.size())
-      std::printf("warning: addr2line gave %zu results for %zu addresses of %s\n", res.size(), m.rets.size(),
-                  m.label.c_str());
-    for (size_t i = 0; i < res.size() && i < m.rets.size(); ++i) a2l_names[m.rets[i]] = std::move(res[i]);
+  double ctor = 1e30, sym_total = 1e30, a2l_total = 1e30, sym_cpu = 1e30, a2l_cpu = 1e30;
+  for (Module& m : mods) m.sym_seconds = m.a2l_seconds = 1e30;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = Clock::now();
+    double c0 = cpu_now();
+    double run_total = 0;
+    {
+      memtrace::unwind::Symbolizer sym;
+      double c = since(t0);
+      ctor = std::min(ctor, c);
+      run_total += c;
+      for (Module& m : mods) {
+        auto t1 = Clock::now();
+        for (uintptr_t ret : m.rets) sym.frames(ret);
+        double t = since(t1);
+        m.sym_seconds = std::min(m.sym_seconds, t);
+        run_total += t;
+      }
+      sym_cpu = std::min(sym_cpu, cpu_now() - c0);
+      // Names collected outside the timed part.
+      if (r == 0)
+        for (Module& m : mods)
+          for (uintptr_t ret : m.rets) {
+            auto& v = sym_names[ret];
+            for (const auto& f : sym.frames(ret)) v.push_back(f.function);
+          }
+    }
+    sym_total = std::min(sym_total, run_total);
+
+    double a2l_run = 0, a2l_run_cpu = 0;
+    for (Module& m : mods) {
+      double t = 0, cpu = 0;
+      auto res = run_addr2line(m, &t, &cpu);
+      m.a2l_seconds = std::min(m.a2l_seconds, t);
+      a2l_run += t;
+      a2l_run_cpu += cpu;
+      if (r != 0) continue;
+      if (res.size() != m.rets.size())
+        std::printf("warning: addr2line gave %zu results for %zu addresses of %s\n", res.size(), m.rets.size(),
+                    m.label.c_str());
+      for (size_t i = 0; i < res.size() && i < m.rets.size(); ++i) a2l_names[m.rets[i]] = std::move(res[i]);
+    }
+    a2l_total = std::min(a2l_total, a2l_run);
+    a2l_cpu = std::min(a2l_cpu, a2l_run_cpu);
   }
 
   std::printf("\n%-34s %10s %12s %10s %12s %8s\n", "", "memtrace s", "memtrace a/s", "addr2line s",
@@ -383,9 +415,11 @@ int main(int argc, char** argv) {
                 m.a2l_seconds / m.sym_seconds);
   std::printf("%-34s %10.3f %12.0f %10.3f %12.0f %7.1fx\n", "TOTAL (memtrace incl. construction)", sym_total,
               total / sym_total, a2l_total, total / a2l_total, a2l_total / sym_total);
-  std::printf("memtrace is %.1fx %s than addr2line over %zu addresses\n",
+  std::printf("memtrace is %.1fx %s than addr2line over %zu addresses (fastest of %d runs each)\n",
               sym_total < a2l_total ? a2l_total / sym_total : sym_total / a2l_total,
-              sym_total < a2l_total ? "faster" : "slower", total);
+              sym_total < a2l_total ? "faster" : "slower", total, repeat);
+  std::printf("CPU seconds (fastest run): memtrace %.3f, addr2line %.3f: %.1fx\n", sym_cpu, a2l_cpu,
+              a2l_cpu / sym_cpu);
 
   // Agreement on function names (demangled). Compared: the outermost frame (the real function)
   // and, where both have them, every frame; "no name" on both sides counts as agreement.
