@@ -1,13 +1,172 @@
-// memtrace diff: placeholder until the command lands; it refuses to run rather than pretend.
+// memtrace diff: growth and shrinkage between two snapshots, by owner and by stack (stacks matched
+// by their frame text: ids are per file), plus each device's totals side by side.
+#include <cinttypes>
 #include <cstdio>
+#include <set>
 
+#include "cli/analysis/command_line.hpp"
+#include "cli/analysis/device_history.hpp"
+#include "cli/analysis/grouping.hpp"
+#include "cli/analysis/human_size.hpp"
+#include "cli/analysis/json_writer.hpp"
+#include "cli/analysis/report.hpp"
+#include "cli/analysis/snapshot_diff.hpp"
+#include "cli/analysis/stack_text.hpp"
 #include "cli/commands.hpp"
 
 namespace memtrace::cli {
 
+using namespace memtrace::analysis;
+
+namespace {
+
+const CommandSpec kSpec{
+    "diff",
+    "usage: memtrace diff [--json] [--device N] [--at end|peak] [--top N] A B\n"
+    "\n"
+    "What grew and what shrank from snapshot A to snapshot B: each device's totals, then the live\n"
+    "allocations by owner and by stack (matched by frame text), largest change first. Unchanged\n"
+    "groups are left out. Bytes are requested bytes.\n"
+    "\n"
+    "  --json        one JSON document on stdout (every row unless --top is given)\n"
+    "  --device N    only device N (default: all devices together)\n"
+    "  --at end      compare what is live at the end of each file (default)\n"
+    "  --at peak     compare what was live at each device's peak\n"
+    "  --top N       stack rows shown (text default 20; 0 = all)\n",
+    2, 2, true, false, false, true};
+
+struct Side {
+  std::vector<DeviceHistory> devices;
+  std::vector<LiveAlloc> allocs;
+};
+
+Side collect(const reader::Snapshot& s, const std::vector<int>& devices, Moment at) {
+  Side side;
+  for (int d : devices) {
+    side.devices.push_back(analyze_device(s, d));
+    const auto& v = at == Moment::kPeak ? side.devices.back().live_at_peak : side.devices.back().live_at_end;
+    side.allocs.insert(side.allocs.end(), v.begin(), v.end());
+  }
+  return side;
+}
+
+void row_json(JsonWriter& j, const DiffRow& r, bool frames) {
+  j.begin_object();
+  if (frames) {
+    j.field("owner", r.owner);
+    j.key("frames").begin_array();
+    for (reader::FrameId f : r.frames_from->stacks[r.stack_id]) j.string(frame_text(*r.frames_from, f));
+    j.end_array();
+  } else {
+    j.field("owner", r.key);
+  }
+  j.field_uint("bytes_a", r.bytes_a);
+  j.field_uint("bytes_b", r.bytes_b);
+  j.field_int("delta", r.delta());
+  j.field_uint("count_a", r.count_a);
+  j.field_uint("count_b", r.count_b);
+  j.end_object();
+}
+
+void row_text(const DiffRow& r, bool stack) {
+  std::string counts = std::to_string(r.count_a) + "x -> " + std::to_string(r.count_b) + "x";
+  std::printf("  %12s  %10s -> %-10s %-14s  ", human_delta(r.delta()).c_str(), human_bytes(r.bytes_a).c_str(),
+              human_bytes(r.bytes_b).c_str(), counts.c_str());
+  if (stack) std::printf("%-12s  %s\n", r.owner.c_str(), r.key.c_str());
+  else std::printf("%s\n", r.key.c_str());
+}
+
+}  // namespace
+
 int cmd_diff(int argc, char** argv) {
-  std::fprintf(stderr, "memtrace diff: not available in this build\n");
-  return kExitUsage;
+  auto cl = parse_command_line(argc, argv, kSpec);
+  if (!cl) return kExitUsage;
+  if (cl->help) return 0;
+  auto a = load_for_command(cl->args[0], kSpec);
+  if (!a) return kExitBadInput;
+  auto b = load_for_command(cl->args[1], kSpec);
+  if (!b) return kExitBadInput;
+
+  std::set<int> dev_set;
+  for (int d : devices_to_report(*a, cl->device)) dev_set.insert(d);
+  for (int d : devices_to_report(*b, cl->device)) dev_set.insert(d);
+  std::vector<int> devices(dev_set.begin(), dev_set.end());
+  Side sa = collect(*a, devices, cl->at), sb = collect(*b, devices, cl->at);
+  auto owners = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kOwner), *b,
+                            group_allocs(*b, sb.allocs, GroupBy::kOwner), true);
+  auto stacks = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kStack), *b,
+                            group_allocs(*b, sb.allocs, GroupBy::kStack), false);
+  const char* at = cl->at == Moment::kPeak ? "peak" : "end";
+  size_t top = cl->top.value_or(cl->json ? 0 : 20);
+  size_t shown = top == 0 ? stacks.size() : std::min(top, stacks.size());
+
+  if (cl->json) {
+    JsonWriter j;
+    j.begin_object();
+    j.field("a", cl->args[0]);
+    j.field("b", cl->args[1]);
+    j.field("at", at);
+    j.key("devices").begin_array();
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const DeviceHistory &ha = sa.devices[i], &hb = sb.devices[i];
+      j.begin_object();
+      j.field_int("device", devices[i]);
+      j.key("reserved_bytes").begin_array();
+      j.uinteger(ha.reserved_now);
+      j.uinteger(hb.reserved_now);
+      j.end_array();
+      j.key("allocated_bytes").begin_array();
+      j.uinteger(ha.requested_now);
+      j.uinteger(hb.requested_now);
+      j.end_array();
+      j.key("peak_allocated_bytes").begin_array();
+      j.uinteger(ha.peak_allocated);
+      j.uinteger(hb.peak_allocated);
+      j.end_array();
+      j.key("peak_reserved_bytes").begin_array();
+      j.uinteger(ha.peak_reserved);
+      j.uinteger(hb.peak_reserved);
+      j.end_array();
+      j.end_object();
+    }
+    j.end_array();
+    j.key("owners").begin_array();
+    for (const DiffRow& r : owners) row_json(j, r, false);
+    j.end_array();
+    j.key("stacks").begin_array();
+    for (size_t i = 0; i < shown; ++i) row_json(j, stacks[i], true);
+    j.end_array();
+    j.end_object();
+    std::printf("%s\n", j.text().c_str());
+    return 0;
+  }
+
+  std::printf("A: %s: %s\nB: %s: %s\n", cl->args[0].c_str(), describe_producer(*a).c_str(), cl->args[1].c_str(),
+              describe_producer(*b).c_str());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceHistory &ha = sa.devices[i], &hb = sb.devices[i];
+    auto line = [](const char* what, uint64_t x, uint64_t y) {
+      std::printf("  %-15s %10s -> %-10s (%s)\n", what, human_bytes(x).c_str(), human_bytes(y).c_str(),
+                  human_delta(static_cast<int64_t>(y) - static_cast<int64_t>(x)).c_str());
+    };
+    std::printf("device %d\n", devices[i]);
+    line("reserved", ha.reserved_now, hb.reserved_now);
+    line("allocated", ha.requested_now, hb.requested_now);
+    line("peak reserved", ha.peak_reserved, hb.peak_reserved);
+    line("peak allocated", ha.peak_allocated, hb.peak_allocated);
+  }
+  std::printf("live at %s, by owner:\n", at);
+  if (owners.empty()) std::printf("  no change\n");
+  for (const DiffRow& r : owners) row_text(r, false);
+  std::printf("live at %s, by stack:\n", at);
+  if (stacks.empty()) std::printf("  no change\n");
+  for (size_t i = 0; i < shown; ++i) row_text(stacks[i], true);
+  if (shown < stacks.size()) {
+    int64_t rest = 0;
+    for (size_t i = shown; i < stacks.size(); ++i) rest += stacks[i].delta();
+    std::printf("  ... %zu more rows (%s together)\n", stacks.size() - shown, human_delta(rest).c_str());
+  }
+  return 0;
 }
 
 }  // namespace memtrace::cli

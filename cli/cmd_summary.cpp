@@ -1,13 +1,144 @@
-// memtrace summary: placeholder until the command lands; it refuses to run rather than pretend.
+// memtrace summary: per device, current and peak reserved/allocated bytes, live allocations, the
+// history's span and whether it is complete, bytes by owner, the largest live stacks and
+// fragmentation.
+#include <cinttypes>
 #include <cstdio>
 
+#include "cli/analysis/command_line.hpp"
+#include "cli/analysis/device_history.hpp"
+#include "cli/analysis/grouping.hpp"
+#include "cli/analysis/human_size.hpp"
+#include "cli/analysis/json_writer.hpp"
+#include "cli/analysis/report.hpp"
 #include "cli/commands.hpp"
 
 namespace memtrace::cli {
 
+using namespace memtrace::analysis;
+
+namespace {
+
+const CommandSpec kSpec{
+    "summary",
+    "usage: memtrace summary [--json] [--device N] FILE\n"
+    "\n"
+    "Per device: reserved and allocated bytes now (from the segments) and at their peak (replayed\n"
+    "from the history), live allocations, the history's span and whether it is truncated, bytes by\n"
+    "owner, the ten largest live stacks and fragmentation (free bytes inside segments).\n"
+    "Allocation bytes are requested bytes (what the program asked for, as the viewer draws them);\n"
+    "'in blocks' adds the allocator's rounding.\n"
+    "\n"
+    "  --json      one JSON document on stdout\n"
+    "  --device N  only device N\n",
+    1, 1};
+
+constexpr size_t kTopStacks = 10;
+
+std::string truncation(const reader::Snapshot& s, const DeviceHistory& h) {
+  std::string why;
+  if (s.producer == reader::Producer::kMemtrace && s.memtrace.entries_dropped > 0)
+    why = std::to_string(s.memtrace.entries_dropped) + " oldest entries dropped";
+  if (h.frees_without_alloc) {
+    if (!why.empty()) why += "; ";
+    why += std::to_string(h.frees_without_alloc) + " frees without their alloc";
+  }
+  if (h.untraced_blocks) {
+    if (!why.empty()) why += "; ";
+    why += std::to_string(h.untraced_blocks) + " live blocks allocated before the first entry";
+  }
+  return why;
+}
+
+void print_text(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices) {
+  std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
+  for (int d : devices) {
+    DeviceHistory h = analyze_device(s, d);
+    std::printf("device %d\n", d);
+    std::printf("  reserved       %s now, %s at peak, %" PRIu64 " segments\n", human_bytes(h.reserved_now).c_str(),
+                human_bytes(h.peak_reserved).c_str(), h.segment_count);
+    std::printf("  allocated      %s now (%s in blocks), %s at peak", human_bytes(h.requested_now).c_str(),
+                human_bytes(h.allocated_now).c_str(), human_bytes(h.peak_allocated).c_str());
+    if (h.peak_index >= 0)
+      std::printf(" (after entry %" PRId64 ", %s)\n", h.peak_index, human_time_us(h.peak_time_us).c_str());
+    else
+      std::printf(" (before the first entry)\n");
+    std::printf("  live           %" PRIu64 " allocations\n", h.live_count);
+    std::string why = truncation(s, h);
+    if (h.entries)
+      std::printf("  history        %zu entries, %s to %s, %s\n", h.entries, human_time_us(h.first_time_us).c_str(),
+                  human_time_us(h.last_time_us).c_str(), why.empty() ? "complete" : ("truncated: " + why).c_str());
+    else
+      std::printf("  history        none%s\n", why.empty() ? "" : (" (truncated: " + why + ")").c_str());
+    std::printf("  fragmentation  %s free inside segments, largest free block %s\n",
+                human_bytes(h.free_in_segments).c_str(), human_bytes(h.largest_free_block).c_str());
+    auto owners = group_allocs(s, h.live_at_end, GroupBy::kOwner);
+    if (!owners.empty()) {
+      std::printf("  by owner (live now):\n");
+      print_groups(stdout, owners, 0, true, false);
+    }
+    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStack);
+    if (!stacks.empty()) {
+      std::printf("  largest live stacks:\n");
+      print_groups(stdout, stacks, kTopStacks, true, true);
+    }
+  }
+}
+
+void print_json(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices) {
+  JsonWriter j;
+  j.begin_object();
+  j.field("file", path);
+  producer_json(j, s);
+  j.key("devices").begin_array();
+  for (int d : devices) {
+    DeviceHistory h = analyze_device(s, d);
+    j.begin_object();
+    j.field_int("device", d);
+    j.field_uint("reserved_bytes", h.reserved_now);
+    j.field_uint("peak_reserved_bytes", h.peak_reserved);
+    j.field_uint("segments", h.segment_count);
+    j.field_uint("allocated_bytes", h.requested_now);
+    j.field_uint("allocated_block_bytes", h.allocated_now);
+    j.field_uint("peak_allocated_bytes", h.peak_allocated);
+    j.field_int("peak_entry", h.peak_index);
+    j.field_int("peak_time_us", h.peak_time_us);
+    j.field_uint("live_allocations", h.live_count);
+    j.key("history").begin_object();
+    j.field_uint("entries", h.entries);
+    j.field_int("first_time_us", h.first_time_us);
+    j.field_int("last_time_us", h.last_time_us);
+    j.field_bool("truncated", !truncation(s, h).empty());
+    j.field_int("entries_dropped", s.producer == reader::Producer::kMemtrace ? s.memtrace.entries_dropped : 0);
+    j.field_uint("frees_without_alloc", h.frees_without_alloc);
+    j.field_uint("blocks_without_alloc", h.untraced_blocks);
+    j.end_object();
+    j.key("fragmentation").begin_object();
+    j.field_uint("free_bytes", h.free_in_segments);
+    j.field_uint("largest_free_block", h.largest_free_block);
+    j.end_object();
+    j.key("owners");
+    groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kOwner), 0, false);
+    j.key("top_stacks");
+    groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kStack), kTopStacks, true);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  std::printf("%s\n", j.text().c_str());
+}
+
+}  // namespace
+
 int cmd_summary(int argc, char** argv) {
-  std::fprintf(stderr, "memtrace summary: not available in this build\n");
-  return kExitUsage;
+  auto cl = parse_command_line(argc, argv, kSpec);
+  if (!cl) return kExitUsage;
+  if (cl->help) return 0;
+  auto snap = load_for_command(cl->args[0], kSpec);
+  if (!snap) return kExitBadInput;
+  std::vector<int> devices = devices_to_report(*snap, cl->device);
+  if (cl->json) print_json(cl->args[0], *snap, devices);
+  else print_text(cl->args[0], *snap, devices);
+  return 0;
 }
 
 }  // namespace memtrace::cli

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Writes the golden tests' PyTorch-shaped snapshots into data/ (run once; the files are committed).
+
+Shapes follow snapshot-format.md §1 (what torch.cuda.memory._dump_snapshot writes): segments with
+blocks tiling them, device_traces oldest first, frames innermost first, identical frame dicts and
+lists shared (pickle's memo), allocator_settings as PyTorch writes it. Written with pickle
+protocols 2, 4 and 5 (5 uses FRAME like PyTorch's own dumps). Plain python3, deterministic.
+
+    python3 make_pytorch_snapshots.py [OUT_DIR]
+"""
+import os
+import pickle
+import sys
+
+T0 = 1767225600000000  # 2026-01-01 00:00:00 UTC
+MiB = 1 << 20
+_frames = {}
+
+
+def fr(name, filename, line):
+    key = (filename, line, name)
+    if key not in _frames:
+        _frames[key] = {'filename': filename, 'line': line, 'name': name}
+    return _frames[key]
+
+
+_stacks = {}
+
+
+def stack(*frames):
+    """Innermost first; the same tuple of frames gives the same list object."""
+    key = tuple(id(f) for f in frames)
+    if key not in _stacks:
+        _stacks[key] = list(frames)
+    return _stacks[key]
+
+
+MODULE = fr('<module>', 'train.py', 90)
+MAIN = fr('main', 'train.py', 80)
+S_FWD = stack(fr('forward', 'model.py', 42), fr('step', 'train.py', 60), MAIN, MODULE)
+S_BWD = stack(fr('backward', 'torch/autograd/__init__.py', 251), fr('step', 'train.py', 61), MAIN, MODULE)
+S_TMP = stack(fr('attention', 'model.py', 17), fr('forward', 'model.py', 44), fr('step', 'train.py', 60), MAIN, MODULE)
+S_SMALL = stack(fr('embed', 'model.py', 9), fr('forward', 'model.py', 40), fr('step', 'train.py', 60), MAIN, MODULE)
+S_INIT = stack(fr('load_weights', 'train.py', 20), MAIN, MODULE)
+S_OPT = stack(fr('adam_step', 'torch/optim/adam.py', 400), fr('step', 'train.py', 65), MAIN, MODULE)
+S_NONE = []
+
+
+def settings():
+    return {
+        'PYTORCH_CUDA_ALLOC_CONF': '',
+        'max_split_size': -1,
+        'garbage_collection_threshold': 0.0,
+        'expandable_segments': False,
+        'pinned_num_register_threads': 1,
+        'release_lock_on_cudamalloc': False,
+        'pinned_use_cuda_host_register': False,
+        'roundup_power2_divisions': {str(1 << i): 0 for i in range(16)},
+    }
+
+
+def ev(action, addr, size, t, frames=None, stream=0):
+    e = {'action': action, 'addr': addr, 'size': size, 'stream': stream, 'time_us': T0 + t,
+         'compile_context': '', 'user_metadata': ''}
+    if frames is not None:
+        e['frames'] = frames
+    return e
+
+
+def free(addr, size, t, frames):
+    return [ev('free_requested', addr, size, t, frames), ev('free_completed', addr, size, t + 1, frames)]
+
+
+def block(size, req, state, frames):
+    return {'size': size, 'requested_size': req, 'state': state, 'frames': frames}
+
+
+def segment(device, address, blocks, seg_type='large', frames=S_NONE):
+    addr = address
+    for b in blocks:
+        b['address'] = addr
+        addr += b['size']
+    total = addr - address
+    live = [b for b in blocks if b['state'] != 'inactive']
+    return {'device': device, 'address': address, 'total_size': total,
+            'allocated_size': sum(b['size'] for b in blocks if b['state'] == 'active_allocated'),
+            'active_size': sum(b['size'] for b in live), 'requested_size': sum(b['requested_size'] for b in live),
+            'stream': 0, 'segment_type': seg_type, 'segment_pool_id': (0, 0), 'is_expandable': False,
+            'frames': frames, 'blocks': blocks}
+
+
+A = 0x7f0000000000          # 20 MiB large segment
+B = A + 20 * MiB            # 2 MiB small segment
+C = 0x7f0003000000          # allocated before recording started
+GONE = C + 2 * MiB          # allocated before the history, freed in it (C's segment_alloc is older too)
+D1 = 0x7e0000000000         # device 1
+
+
+def small_training_step():
+    """Device 0: a training step whose temporary was freed, a free and a live block from before the
+    history (truncated), a small-pool tensor; device 1: one tensor."""
+    d0 = [ev('segment_alloc', A, 20 * MiB, 0, S_FWD),
+          ev('alloc', A, 8000000, 10, S_FWD),
+          ev('alloc', A + 8 * MiB, 4 * MiB, 20, S_BWD),
+          ev('alloc', A + 12 * MiB, 6 * MiB - 1000, 30, S_TMP),
+          *free(A + 12 * MiB, 6 * MiB - 1000, 40, S_TMP),
+          *free(GONE, 1000000, 50, S_OPT),
+          ev('segment_alloc', B, 2 * MiB, 60, S_SMALL),
+          ev('alloc', B, 400, 70, S_SMALL)]
+    d1 = [ev('segment_alloc', D1, 2 * MiB, 15, S_FWD), ev('alloc', D1, MiB, 16, S_FWD)]
+    segs = [segment(0, A, [block(8 * MiB, 8000000, 'active_allocated', S_FWD),
+                           block(4 * MiB, 4 * MiB, 'active_allocated', S_BWD),
+                           block(8 * MiB, 0, 'inactive', S_TMP)], frames=S_FWD),
+            segment(0, B, [block(512, 400, 'active_allocated', S_SMALL), block(2 * MiB - 512, 0, 'inactive', S_NONE)],
+                    'small', S_SMALL),
+            segment(0, C, [block(2 * MiB, 2000000, 'active_allocated', S_INIT), block(2 * MiB, 0, 'inactive', S_NONE)],
+                    frames=S_INIT),
+            segment(1, D1, [block(MiB, MiB, 'active_allocated', S_FWD), block(MiB, 0, 'inactive', S_NONE)],
+                    frames=S_FWD)]
+    return {'segments': segs, 'device_traces': [d0, d1], 'allocator_settings': settings(),
+            'external_annotations': []}
+
+
+def later_training_step():
+    """The same job later: backward grew, the temporary is now kept (a leak), an optimizer state appeared,
+    device 1 unchanged."""
+    d0 = [ev('segment_alloc', A, 20 * MiB, 1000, S_FWD),
+          ev('alloc', A, 8000000, 1010, S_FWD),
+          ev('alloc', A + 8 * MiB, 4 * MiB, 1020, S_BWD),
+          ev('alloc', A + 12 * MiB, 6 * MiB - 1000, 1030, S_TMP),
+          ev('segment_alloc', B, 2 * MiB, 1060, S_SMALL),
+          ev('alloc', B, 400, 1070, S_SMALL),
+          ev('alloc', B + 512, 1024, 1080, S_OPT)]
+    d1 = [ev('segment_alloc', D1, 2 * MiB, 1015, S_FWD), ev('alloc', D1, MiB, 1016, S_FWD)]
+    segs = [segment(0, A, [block(8 * MiB, 8000000, 'active_allocated', S_FWD),
+                           block(4 * MiB, 4 * MiB, 'active_allocated', S_BWD),
+                           block(6 * MiB, 6 * MiB - 1000, 'active_allocated', S_TMP),
+                           block(2 * MiB, 0, 'inactive', S_NONE)], frames=S_FWD),
+            segment(0, B, [block(512, 400, 'active_allocated', S_SMALL), block(1024, 1024, 'active_allocated', S_OPT),
+                           block(2 * MiB - 1536, 0, 'inactive', S_NONE)], 'small', S_SMALL),
+            segment(0, C, [block(2 * MiB, 2000000, 'active_allocated', S_INIT)], frames=S_INIT),
+            segment(1, D1, [block(MiB, MiB, 'active_allocated', S_FWD), block(MiB, 0, 'inactive', S_NONE)],
+                    frames=S_FWD)]
+    return {'segments': segs, 'device_traces': [d0, d1], 'allocator_settings': settings(),
+            'external_annotations': []}
+
+
+def rank_snapshot(rank, extra_mib):
+    """One rank of a data-parallel job: the same 64 MiB of weights everywhere, activations that differ."""
+    base = 0x7f0000000000
+    act = (100 + extra_mib) * MiB
+    d0 = [ev('segment_alloc', base, 64 * MiB, 0, S_INIT), ev('alloc', base, 64 * MiB, 1, S_INIT),
+          ev('segment_alloc', base + 64 * MiB, act, 2, S_FWD), ev('alloc', base + 64 * MiB, act, 3, S_FWD),
+          *free(base + 64 * MiB, act, 4, S_FWD), ev('segment_free', base + 64 * MiB, act, 6, S_FWD)]
+    segs = [segment(0, base, [block(64 * MiB, 64 * MiB, 'active_allocated', S_INIT)], frames=S_INIT)]
+    return {'segments': segs, 'device_traces': [d0], 'allocator_settings': settings(), 'external_annotations': []}
+
+
+NCCL = 0x7d0000000000
+CUBLAS = 0x7d0001000000
+S_NCCL = stack(fr('ncclMemAlloc', 'libnccl.so.2', 0), fr('init_process_group', 'train.py', 30), MAIN, MODULE)
+S_CUBLAS = stack(fr('cublasCreate_v2', 'libcublas.so.13', 0), fr('forward', 'model.py', 42), MAIN, MODULE)
+S_DRIVER = stack(fr('cudaMalloc', 'libc10_cuda.so', 0), fr('forward', 'model.py', 42), MAIN, MODULE)
+
+
+def memtrace_side_of_training_step():
+    """What memtrace, preloaded into the job of small_training_step(), would write: PyTorch's segments
+    seen at the driver (duplicates for merge), NCCL's buffer, a cuBLAS workspace made and freed."""
+    def mt(action, addr, size, t, frames, cat):
+        e = ev(action, addr, size, t, frames)
+        e['category'] = cat
+        return e
+
+    def mt_alloc(addr, size, t, frames, cat):
+        return [mt('segment_alloc', addr, size, t, frames, cat), mt('alloc', addr, size, t, frames, cat)]
+
+    def mt_free(addr, size, t, frames, cat):
+        return [mt('free_requested', addr, size, t, frames, cat), mt('free_completed', addr, size, t, frames, cat),
+                mt('segment_free', addr, size, t, frames, cat)]
+
+    d0 = [*mt_alloc(A, 20 * MiB, -1, S_DRIVER, 'torch'),
+          *mt_alloc(NCCL, 8 * MiB, 5, S_NCCL, 'nccl'),
+          *mt_alloc(CUBLAS, 4 * MiB, 25, S_CUBLAS, 'cublas'),
+          *mt_free(CUBLAS, 4 * MiB, 35, S_CUBLAS, 'cublas'),
+          *mt_alloc(B, 2 * MiB, 59, S_DRIVER, 'torch'),
+          mt('snapshot', 0, 0, 80, S_NONE, 'unknown')]
+    d1 = [*mt_alloc(D1, 2 * MiB, 14, S_DRIVER, 'torch')]
+    segs = [segment(0, NCCL, [block(8 * MiB, 8 * MiB, 'active_allocated', S_NCCL)], frames=S_NCCL),
+            segment(0, A, [block(20 * MiB, 20 * MiB, 'active_allocated', S_DRIVER)], frames=S_DRIVER),
+            segment(0, B, [block(2 * MiB, 2 * MiB, 'active_allocated', S_DRIVER)], frames=S_DRIVER),
+            segment(0, C, [block(4 * MiB, 4 * MiB, 'active_allocated', S_DRIVER)], frames=S_DRIVER),
+            segment(1, D1, [block(2 * MiB, 2 * MiB, 'active_allocated', S_DRIVER)], frames=S_DRIVER)]
+    segs.sort(key=lambda s: (s['device'], s['address']))
+    st = settings()
+    st['memtrace'] = {'version': '0.1.0', 'pid': 4242, 'exe': '/usr/bin/python3', 'host': 'node7', 'rank': '0',
+                      'reason': 'exit', 'entries_dropped': 0}
+    return {'segments': segs, 'device_traces': [d0, d1], 'allocator_settings': st, 'external_annotations': []}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data')
+    os.makedirs(os.path.join(out, 'ranks'), exist_ok=True)
+
+    def dump(name, obj, protocol):
+        with open(os.path.join(out, name), 'wb') as f:
+            pickle.dump(obj, f, protocol=protocol)
+
+    step = small_training_step()
+    dump('torch_step_p2.pickle', step, 2)
+    dump('torch_step_p4.pickle', step, 4)
+    dump('torch_step_p5.pickle', step, 5)
+    dump('torch_later_p5.pickle', later_training_step(), 5)
+    dump('memtrace_step.pickle', memtrace_side_of_training_step(), 4)
+    for rank, extra in enumerate([0, 2, -1, 60, 1]):  # rank 3 holds 60 MiB more activations
+        dump(os.path.join('ranks', f'snapshot_rank{rank}.pickle'), rank_snapshot(rank, extra), 5)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Golden tests of the memtrace analysis commands: runs each case on the committed snapshots in
+data/ and compares exit status, stdout and stderr with expected/<case>.txt. merge's output is also
+loaded with Python's pickle and checked by output/tests/check_snapshot.py (snapshot-format.md §3.4).
+
+    python3 run_golden.py --memtrace BUILD/bin/memtrace --checker output/tests/check_snapshot.py [--update] [CASE...]
+
+--update rewrites the expected files from what the commands print now (review the diff before
+committing). Exit 0: all pass; 1: a difference; 77: bin/memtrace is not built.
+"""
+import argparse
+import difflib
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, 'data')
+EXPECTED = os.path.join(HERE, 'expected')
+
+# name -> (argv after 'memtrace', {link name in the work dir: data file}) ; every data file is also
+# linked under its own name.
+STEP = {'torch_step.pickle': 'torch_step_p5.pickle'}
+CASES = {
+    # summary: memtrace's own files (simulated device) and PyTorch-shaped ones (pickle protocols 2, 4, 5)
+    'summary_mt_leak': (['summary', 'mt_leak.pickle'], {}),
+    'summary_mt_leak_json': (['summary', '--json', 'mt_leak.pickle'], {}),
+    'summary_mt_nccl_device1': (['summary', '--device', '1', 'mt_nccl.pickle'], {}),
+    'summary_mt_truncated_json': (['summary', '--json', 'mt_loop_truncated.pickle'], {}),
+    'summary_torch_p2': (['summary', 'torch_step.pickle'], {'torch_step.pickle': 'torch_step_p2.pickle'}),
+    'summary_torch_p4': (['summary', 'torch_step.pickle'], {'torch_step.pickle': 'torch_step_p4.pickle'}),
+    'summary_torch_p5': (['summary', 'torch_step.pickle'], STEP),
+    'summary_torch_json': (['summary', '--json', 'torch_step.pickle'], STEP),
+    # peak
+    'peak_torch': (['peak', 'torch_step.pickle'], STEP),
+    'peak_torch_json': (['peak', '--json', 'torch_step.pickle'], STEP),
+    'peak_mt_leak': (['peak', 'mt_leak.pickle'], {}),
+    'peak_mt_nccl_json': (['peak', '--json', '--top', '3', 'mt_nccl.pickle'], {}),
+    # leaks
+    'leaks_torch_later': (['leaks', 'torch_later_p5.pickle'], {}),
+    'leaks_torch_later_json': (['leaks', '--json', '--device', '0', 'torch_later_p5.pickle'], {}),
+    'leaks_mt_leak': (['leaks', 'mt_leak.pickle'], {}),
+    # diff
+    'diff_torch': (['diff', 'torch_step.pickle', 'torch_later_p5.pickle'], STEP),
+    'diff_torch_json': (['diff', '--json', 'torch_step.pickle', 'torch_later_p5.pickle'], STEP),
+    'diff_torch_peak': (['diff', '--at', 'peak', '--device', '0', 'torch_step.pickle', 'torch_later_p5.pickle'], STEP),
+    'diff_mt': (['diff', 'mt_loop_truncated.pickle', 'mt_leak.pickle'], {}),
+    # flamegraph
+    'flamegraph_torch_end': (['flamegraph', 'torch_step.pickle'], STEP),
+    'flamegraph_torch_peak': (['flamegraph', '--at', 'peak', '--device', '0', 'torch_step.pickle'], STEP),
+    'flamegraph_mt_leak_file': (['flamegraph', 'mt_leak.pickle', '-o', 'leak.folded'], {}),
+    # ranks
+    'ranks': (['ranks', 'ranks'], {}),
+    'ranks_json': (['ranks', '--json', 'ranks'], {}),
+    # merge (the output is checked, then summarized)
+    'merge_torch_memtrace': (['merge', 'torch_step.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'], STEP),
+    'merge_torch_memtrace_json': (['merge', '--json', 'torch_step.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'],
+                                  STEP),
+    'merge_torch_mt_nccl': (['merge', 'torch_step.pickle', 'mt_nccl.pickle', '-o', 'merged.pickle'], STEP),
+    # bad input and bad usage: exit status 2, one line
+    'error_not_a_pickle': (['summary', 'notes.txt'], {}),
+    'error_truncated': (['peak', 'truncated.pickle'], {}),
+    'error_missing_file': (['leaks', 'no_such_file.pickle'], {}),
+    'error_no_args': (['summary'], {}),
+    'error_bad_option': (['peak', '--bogus', 'mt_leak.pickle'], {}),
+    'error_diff_one_file': (['diff', 'mt_leak.pickle'], {}),
+    'error_merge_without_output': (['merge', 'torch_step.pickle', 'mt_leak.pickle'], STEP),
+    'error_bad_at': (['flamegraph', '--at', 'middle', 'mt_leak.pickle'], {}),
+    'error_ranks_empty_dir': (['ranks', 'empty'], {}),
+    'help_summary': (['summary', '--help'], {}),
+}
+# Files whose content a case also shows (after the command ran).
+SHOW_FILE = {'flamegraph_mt_leak_file': 'leak.folded'}
+SUMMARIZE = ('merge_torch_memtrace', 'merge_torch_mt_nccl')
+
+
+def prepare(work, links):
+    for name in os.listdir(DATA):
+        os.symlink(os.path.join(DATA, name), os.path.join(work, name))
+    for name, target in links.items():
+        p = os.path.join(work, name)
+        if os.path.lexists(p):
+            os.remove(p)
+        os.symlink(os.path.join(DATA, target), p)
+    with open(os.path.join(work, 'notes.txt'), 'w') as f:
+        f.write('not a snapshot\n')
+    with open(os.path.join(DATA, 'torch_step_p5.pickle'), 'rb') as f:
+        data = f.read()
+    with open(os.path.join(work, 'truncated.pickle'), 'wb') as f:
+        f.write(data[:len(data) // 2])
+    os.mkdir(os.path.join(work, 'empty'))
+
+
+def run_case(name, memtrace, checker):
+    argv, links = CASES[name]
+    work = tempfile.mkdtemp(prefix='memtrace-golden-')
+    try:
+        prepare(work, links)
+        p = subprocess.run([memtrace] + argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           errors='replace', timeout=60)
+        text = f'$ memtrace {" ".join(argv)}\nexit {p.returncode}\n--- stdout\n{p.stdout}--- stderr\n{p.stderr}'
+        problems = []
+        if name in SHOW_FILE:
+            with open(os.path.join(work, SHOW_FILE[name])) as f:
+                text += f'--- {SHOW_FILE[name]}\n{f.read()}'
+        if name.startswith('merge_'):
+            out = os.path.join(work, 'merged.pickle')
+            with open(out, 'rb') as f:
+                pickle.load(f)  # Python reads it
+            c = subprocess.run([sys.executable, checker, out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=60)
+            if c.returncode != 0:
+                problems.append(f'check_snapshot.py on the merged file:\n{c.stdout}')
+            if name in SUMMARIZE:
+                s = subprocess.run([memtrace, 'summary', 'merged.pickle'], cwd=work, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, timeout=60)
+                text += f'--- memtrace summary merged.pickle (exit {s.returncode})\n{s.stdout}'
+        if name.startswith('error_'):
+            if p.returncode != 2:
+                problems.append(f'exit status {p.returncode}, expected 2')
+            if not p.stderr.startswith('memtrace '):
+                problems.append('stderr does not start with "memtrace "')
+            if not name.startswith(('error_no_args', 'error_bad', 'error_diff', 'error_merge')) and \
+                    p.stderr.count('\n') != 1:
+                problems.append('a bad file must give exactly one line on stderr')
+        return text, problems
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--memtrace', required=True)
+    ap.add_argument('--checker', required=True)
+    ap.add_argument('--update', action='store_true')
+    ap.add_argument('cases', nargs='*')
+    a = ap.parse_args()
+    if not os.path.isfile(a.memtrace):
+        print(f'{a.memtrace} is not built')
+        return 77
+    names = a.cases or list(CASES)
+    failed = 0
+    for name in names:
+        text, problems = run_case(name, os.path.abspath(a.memtrace), os.path.abspath(a.checker))
+        path = os.path.join(EXPECTED, name + '.txt')
+        if a.update:
+            with open(path, 'w') as f:
+                f.write(text)
+        else:
+            try:
+                with open(path) as f:
+                    want = f.read()
+            except OSError:
+                want = None
+            if want is None:
+                problems.append(f'no expected file {path} (run with --update)')
+            elif want != text:
+                diff = ''.join(difflib.unified_diff(want.splitlines(True), text.splitlines(True), 'expected', 'got'))
+                problems.append(f'output differs from {path}:\n{diff}')
+        status = 'FAIL' if problems else ('updated' if a.update else 'ok')
+        print(f'{status:8} {name}')
+        for pr in problems:
+            print('    ' + pr.replace('\n', '\n    '))
+        failed += bool(problems)
+    print(f'{len(names) - failed}/{len(names)} golden cases pass')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
