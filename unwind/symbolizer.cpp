@@ -186,6 +186,7 @@ class UnitReader {
     bool children = false;
     bool may_have_pc = false;  // DW_AT_high_pc or DW_AT_ranges: dwarf_ranges may answer
     bool has_high = false;     // DW_AT_high_pc
+    bool has_name = false;     // DW_AT_name, DW_AT_linkage_name or DW_AT_MIPS_linkage_name
     std::vector<std::pair<uint16_t, uint16_t>> attrs;  // (name, form)
   };
   // What the walk needs of one DIE's attribute values.
@@ -196,6 +197,7 @@ class UnitReader {
     bool has_high = false;
     bool has_ranges_offset = false;  // DW_AT_ranges as DW_FORM_sec_offset
     uint64_t ranges_offset = 0;
+    const unsigned char* origin = nullptr;  // DW_AT_abstract_origin within this unit
   };
 
   Dwarf_CU* cu = nullptr;
@@ -240,23 +242,12 @@ class UnitReader {
       if (!skip(p, form)) return nullptr;
       if (at == nullptr) continue;
       if (name == DW_AT_sibling) {
-        uint64_t off = 0;
-        const unsigned char* target = nullptr;
-        if (form == DW_FORM_ref_addr && version_ >= 3) {
-          off = fixed(v, offset_size_);
-          target = section_ + off;
-        } else if (form == DW_FORM_ref1 || form == DW_FORM_ref2 || form == DW_FORM_ref4 ||
-                   form == DW_FORM_ref8) {
-          off = fixed(v, form == DW_FORM_ref1 ? 1 : form == DW_FORM_ref2 ? 2 : form == DW_FORM_ref4 ? 4 : 8);
-          target = unit_ + off;
-        } else if (form == DW_FORM_ref_udata) {
-          uleb(v, off);
-          target = unit_ + off;
-        } else {
-          return nullptr;
-        }
-        if (target < die_addr || target > end_) return nullptr;
+        const unsigned char* target = ref_target(form, v);
+        if (target == nullptr || target < die_addr || target > end_) return nullptr;
         at->sibling = target;
+      } else if (name == DW_AT_abstract_origin) {
+        const unsigned char* target = ref_target(form, v);
+        if (target != nullptr && target >= unit_ && target < end_) at->origin = target;
       } else if (name == DW_AT_ranges && form == DW_FORM_sec_offset) {
         at->ranges_offset = fixed(v, offset_size_);
         at->has_ranges_offset = true;
@@ -410,6 +401,21 @@ class UnitReader {
     return x;
   }
 
+  // Where a reference attribute's value (at v) points; null for forms not handled.
+  const unsigned char* ref_target(unsigned form, const unsigned char* v) const {
+    uint64_t off = 0;
+    switch (form) {
+      case DW_FORM_ref_addr:
+        return version_ >= 3 ? section_ + fixed(v, offset_size_) : nullptr;
+      case DW_FORM_ref1: return unit_ + fixed(v, 1);
+      case DW_FORM_ref2: return unit_ + fixed(v, 2);
+      case DW_FORM_ref4: return unit_ + fixed(v, 4);
+      case DW_FORM_ref8: return unit_ + fixed(v, 8);
+      case DW_FORM_ref_udata: uleb(v, off); return unit_ + off;
+      default: return nullptr;
+    }
+  }
+
   bool uleb(const unsigned char*& p, uint64_t& out) const {
     out = 0;
     for (unsigned shift = 0; p < end_; shift += 7) {
@@ -515,6 +521,8 @@ class UnitReader {
       a->attrs.push_back({static_cast<uint16_t>(name), static_cast<uint16_t>(form)});
       if (name == DW_AT_high_pc || name == DW_AT_ranges) a->may_have_pc = true;
       if (name == DW_AT_high_pc) a->has_high = true;
+      if (name == DW_AT_name || name == DW_AT_linkage_name || name == DW_AT_MIPS_linkage_name)
+        a->has_name = true;
     }
     *slot = std::move(a);
     return slot->get();
@@ -533,6 +541,9 @@ struct ScopeIndex {
     int tag = 0;
     int children = -1;  // slot of its children's ranges, -1 when not descended / none
     const std::string* name = nullptr;  // demangled, once looked up
+    // The abstract origin, when the DIE names nothing itself: its name is the origin's, so
+    // the many inlined instances of one function look it up once.
+    const void* origin = nullptr;
     bool have_call = false;
     std::string call_file;
     int call_line = 0;
@@ -608,6 +619,7 @@ struct ScopeIndex {
         n.die = die;
         n.parent = parent;
         n.tag = a->tag;
+        if (!a->has_name) n.origin = at.origin;
       };
       if (at.simple_pc) {
         // dwarf_ranges' answer for a low_pc/high_pc pair, read directly.
@@ -947,6 +959,16 @@ struct Symbolizer::Impl {
     return it->second;
   }
 
+  // Names by abstract origin (see ScopeIndex::Node::origin); cleared with the indexes.
+  std::unordered_map<const void*, const std::string*> origin_names;
+
+  const std::string& node_name(ScopeIndex::Node& node) {
+    if (node.origin == nullptr) return dwarf_name_of(&node.die);
+    auto [it, fresh] = origin_names.try_emplace(node.origin);
+    if (fresh) it->second = &dwarf_name_of(&node.die);
+    return *it->second;
+  }
+
   const SymbolIndex& symbol_index(Dwfl_Module* mod) {
     auto& slot = symbol_indexes[mod];
     if (slot == nullptr) slot = std::make_unique<SymbolIndex>(mod);
@@ -1013,6 +1035,7 @@ struct Symbolizer::Impl {
     symbol_indexes.clear();
     elf_names.clear();
     dwarf_names.clear();
+    origin_names.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -1117,7 +1140,7 @@ struct Symbolizer::Impl {
       for (int i = index->innermost(pc - bias); i >= 0; i = index->nodes[i].parent) {
         ScopeIndex::Node& node = index->nodes[i];
         if (node.tag == DW_TAG_inlined_subroutine) {
-          if (node.name == nullptr) node.name = &dwarf_name_of(&node.die);
+          if (node.name == nullptr) node.name = &node_name(node);
           out.push_back({*node.name, file, line});
           if (!node.have_call) {
             call_site(&node.die, node.call_file, node.call_line);
@@ -1126,7 +1149,7 @@ struct Symbolizer::Impl {
           file = node.call_file;
           line = node.call_line;
         } else if (node.tag == DW_TAG_subprogram || node.tag == DW_TAG_entry_point) {
-          if (elf_name.empty() && node.name == nullptr) node.name = &dwarf_name_of(&node.die);
+          if (elf_name.empty() && node.name == nullptr) node.name = &node_name(node);
           const std::string& fn = elf_name.empty() ? *node.name : elf_name;
           if (!fn.empty()) {
             out.push_back({fn, file, line});
