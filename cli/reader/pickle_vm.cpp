@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace memtrace::reader::pickle {
 
@@ -205,6 +209,18 @@ bool utf8_to_latin1(std::string_view in, std::string* out) {
 
 }  // namespace
 
+void advise_huge_pages(const void* p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  uintptr_t from = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (p && to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 uint32_t Vm::intern(std::string_view s) {
   auto it = string_ids_.find(s);
   if (it != string_ids_.end()) return it->second;
@@ -289,6 +305,8 @@ const char* Vm::type_name(Value v) const {
 }
 
 uint32_t Vm::new_obj(ObjKind k) {
+  // Object indices are 32-bit; no snapshot comes near 4 billion containers.
+  if (objs_.size() >= UINT32_MAX - 1) throw std::length_error("more than 4 billion containers; not a snapshot");
   Obj o;
   o.kind = k;
   o.offset_lo = static_cast<uint32_t>(offset_);
@@ -366,7 +384,7 @@ size_t Vm::memory_bytes() const {
   // The string table is bounded by the input (each string is read from it once); counted roughly.
   strings = strings_.size() * 48;
   return stack_.capacity() * sizeof(Value) + marks_.capacity() * sizeof(size_t) +
-         memo_.capacity() * (sizeof(Value) + 1) + memo_far_.size() * 48 + objs_.capacity() * sizeof(Obj) +
+         memo_.capacity() * sizeof(Value) + memo_far_.size() * 48 + objs_.capacity() * sizeof(Obj) +
          storage_.capacity() * sizeof(std::vector<Value>) + storage_bytes_ + numbers_.capacity() * sizeof(Number) +
          floats_.capacity() * sizeof(double) + strings + hook_bytes_;
 }
@@ -448,16 +466,13 @@ bool Vm::parse_decimal(std::string_view t, Value* out) {
 bool Vm::memo_put(uint64_t idx, Value v) {
   if (idx < memo_.size()) {
     memo_[idx] = v;
-    memo_set_[idx] = 1;
     return true;
   }
   // Dense growth for the indices writers use (0, 1, 2, ...); a far index goes to the side map so
   // that "LONG_BINPUT 4000000000" costs one entry, not 4 billion.
   if (idx < memo_.size() + 65536) {
-    memo_.resize(idx + 1);
-    memo_set_.resize(idx + 1, 0);
+    memo_.resize(idx + 1, kUnset);
     memo_[idx] = v;
-    memo_set_[idx] = 1;
     return true;
   }
   memo_far_[idx] = v;
@@ -466,9 +481,8 @@ bool Vm::memo_put(uint64_t idx, Value v) {
 
 bool Vm::memo_get(uint64_t idx, Value* v) {
   if (idx < memo_.size()) {
-    if (!memo_set_[idx]) return false;
     *v = memo_[idx];
-    return true;
+    return v->bits != kUnset.bits;
   }
   auto it = memo_far_.find(idx);
   if (it == memo_far_.end()) return false;
@@ -476,7 +490,7 @@ bool Vm::memo_get(uint64_t idx, Value* v) {
   return true;
 }
 
-bool Vm::run(std::string_view bytes, Value* result, std::string* error) {
+bool Vm::run(std::string_view bytes, Value* result, std::string* error, bool drop_consumed) {
   const uint8_t* const base = reinterpret_cast<const uint8_t*>(bytes.data());
   const size_t n = bytes.size();
   size_t pos = 0;
@@ -484,7 +498,14 @@ bool Vm::run(std::string_view bytes, Value* result, std::string* error) {
   // stops a small hostile file from growing without end.
   const size_t memory_cap = (size_t{64} << 20) + 16 * n;
   uint64_t ops = 0;
-  uint64_t memo_count = 0;  // len(memo) as Python counts it (MEMOIZE's index)
+  uint64_t memo_count = 0;
+  // Real snapshots make about one container and one memo entry per 60-100 input bytes; reserving
+  // that up front (address space only until used) saves the copies of growing these arrays.
+  objs_.reserve(n / 32 + 16);
+  memo_.reserve(n / 32 + 16);
+  advise_huge_pages(objs_.data(), objs_.capacity() * sizeof(Obj));
+  advise_huge_pages(memo_.data(), memo_.capacity() * sizeof(Value));
+  size_t dropped_to = 0;  // input bytes before this were handed back (drop_consumed)  // len(memo) as Python counts it (MEMOIZE's index)
   std::string scratch, scratch2;
   uint8_t op = 0;
 
@@ -570,9 +591,20 @@ bool Vm::run(std::string_view bytes, Value* result, std::string* error) {
     }
     offset_ = pos;
     op = base[pos++];
-    if ((++ops & 0x3FFF) == 0 && memory_bytes() > memory_cap)
-      return fail("decoding needs more than " + std::to_string(memory_cap >> 20) +
-                  " MiB (16x the file size + 64 MiB); not a snapshot");
+    if ((++ops & 0x3FFF) == 0) {
+      if (memory_bytes() > memory_cap)
+        return fail("decoding needs more than " + std::to_string(memory_cap >> 20) +
+                    " MiB (16x the file size + 64 MiB); not a snapshot");
+      // Everything read so far has been copied out (strings are interned): the mapped file's
+      // pages behind us can go, so the file does not count in full on top of the decoded data.
+      if (drop_consumed && pos > dropped_to + (size_t{8} << 20)) {
+        size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        uintptr_t from = (reinterpret_cast<uintptr_t>(base) + dropped_to + page - 1) & ~(page - 1);
+        uintptr_t to = (reinterpret_cast<uintptr_t>(base) + pos) & ~(page - 1);
+        if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+        dropped_to = pos;
+      }
+    }
     switch (op) {
       case '(':
         if (marks_.size() >= kMaxMarks) return fail("nesting deeper than " + std::to_string(kMaxMarks) + " marks");
@@ -784,7 +816,10 @@ bool Vm::run(std::string_view bytes, Value* result, std::string* error) {
       }
       case 0x94:
         if (stack_.size() <= floor()) return fail("MEMOIZE with an empty stack");
-        if (memo_count < memo_.size() && memo_set_[memo_count]) {
+        if (memo_count == memo_.size()) {
+          memo_.push_back(stack_.back());
+          ++memo_count;
+        } else if (memo_[memo_count].bits != kUnset.bits) {
           memo_[memo_count] = stack_.back();
         } else {
           memo_put(memo_count, stack_.back());

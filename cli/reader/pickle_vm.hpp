@@ -78,6 +78,10 @@ struct Obj {
 
 class Vm;
 
+// Asks for transparent huge pages on the 2 MiB-aligned part of [p, p + bytes) (fewer page faults
+// when a large fresh buffer is filled); a no-op where unsupported.
+void advise_huge_pages(const void* p, size_t bytes);
+
 // Offered every dict's first batch of items (SETITEMS on an empty dict, or DICT). Returning true
 // means the hook has made a record of them: the dict becomes a sealed kRecord whose record_kind
 // and payload the hook set through Vm::make_record. Returning false keeps it a plain dict.
@@ -99,7 +103,9 @@ class Vm {
 
   // Runs the pickle in `bytes` up to its STOP; bytes after STOP are ignored (as Python does).
   // On failure returns false with *error set to one line that names the byte offset.
-  bool run(std::string_view bytes, Value* result, std::string* error);
+  // drop_consumed: `bytes` is a private read-only file mapping whose pages behind the read
+  // position may be given back (madvise DONTNEED) as decoding proceeds.
+  bool run(std::string_view bytes, Value* result, std::string* error, bool drop_consumed = false);
 
   // ---- strings ----
   uint32_t intern(std::string_view s);
@@ -163,8 +169,8 @@ class Vm {
   size_t hook_bytes_ = 0;
   std::vector<Value> stack_;
   std::vector<size_t> marks_;
+  static constexpr Value kUnset{7};  // a memo slot never stored (tag 7 is no value)
   std::vector<Value> memo_;
-  std::vector<uint8_t> memo_set_;
   std::unordered_map<uint64_t, Value> memo_far_;  // PUT indices far beyond the dense range
   uint64_t offset_ = 0;
 };

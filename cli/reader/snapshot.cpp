@@ -39,9 +39,11 @@ int Snapshot::device_count() const {
   return n;
 }
 
-LoadResult load_snapshot_bytes(std::string_view bytes, const std::string& name_for_errors) {
+namespace {
+
+LoadResult decode_guarded(std::string_view bytes, const std::string& name_for_errors, bool drop_consumed) {
   try {
-    return decode_snapshot(bytes, name_for_errors);
+    return decode_snapshot(bytes, name_for_errors, drop_consumed);
   } catch (const std::bad_alloc&) {
     LoadResult r;
     r.error = LoadError{name_for_errors + ": out of memory while decoding"};
@@ -57,8 +59,6 @@ LoadResult load_snapshot_bytes(std::string_view bytes, const std::string& name_f
   }
 }
 
-namespace {
-
 LoadResult fail(const std::string& path, const std::string& what) {
   LoadResult r;
   r.error = LoadError{path + ": " + what};
@@ -66,6 +66,10 @@ LoadResult fail(const std::string& path, const std::string& what) {
 }
 
 }  // namespace
+
+LoadResult load_snapshot_bytes(std::string_view bytes, const std::string& name_for_errors) {
+  return decode_guarded(bytes, name_for_errors, false);
+}
 
 LoadResult load_snapshot(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -92,7 +96,7 @@ LoadResult load_snapshot(const std::string& path) {
     ::close(fd);
     if (p == MAP_FAILED) return fail(path, std::string("cannot map: ") + std::strerror(errno));
     ::madvise(p, size, MADV_SEQUENTIAL);
-    LoadResult r = load_snapshot_bytes(std::string_view(static_cast<const char*>(p), size), path);
+    LoadResult r = decode_guarded(std::string_view(static_cast<const char*>(p), size), path, true);
     ::munmap(p, size);
     return r;
   }

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <memory>
 #include <unordered_map>
 
@@ -39,7 +40,21 @@ using pickle::Value;
 
 enum RecordKind : uint8_t { kTraceRecord = 1, kFrameRecord = 2 };
 
-constexpr size_t kChunk = 1 << 16;  // trace entries per pool chunk (4 MiB)
+// The trace-entry pool grows in chunks that are never moved: 1024, 1024, 2048, ... 32768 entries
+// (so a small file costs a small pool), then 65536 entries (4 MiB, two huge pages) each.
+constexpr uint32_t kFirstChunk = 1024;
+constexpr uint32_t kChunk = 1 << 16;
+constexpr uint32_t kSmallChunks = 7;  // chunks 0..6 hold entries 0..65535
+uint32_t chunk_of(uint32_t i) {
+  if (i >= kChunk) return kSmallChunks + (i - kChunk) / kChunk;
+  uint32_t k = i / kFirstChunk;
+  return k == 0 ? 0 : 32 - static_cast<uint32_t>(__builtin_clz(k));
+}
+uint32_t chunk_start(uint32_t c) {
+  if (c >= kSmallChunks) return kChunk + (c - kSmallChunks) * kChunk;
+  return c == 0 ? 0 : kFirstChunk << (c - 1);
+}
+uint32_t chunk_capacity(uint32_t c) { return c >= kSmallChunks ? kChunk : c == 0 ? kFirstChunk : kFirstChunk << (c - 1); }
 
 struct FrameKey {
   StrId file, name;
@@ -87,7 +102,10 @@ class Decoder final : public pickle::DictHook {
                           "address", "total_size", "segment_type", "is_expandable", "blocks", "state",
                           "requested_size", "history", "real_size", "memtrace", "pid", "rank", "host", "exe",
                           "reason", "entries_dropped", "allocator_caching"};
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); ++i) key_[i] = vm_.intern(keys[i]);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); ++i) {
+      key_[i] = vm_.intern(keys[i]);
+      if (key_[i] < kFieldTable) field_of_[key_[i]] = static_cast<uint8_t>(i + 1);
+    }
     const char* actions[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
                              "segment_map", "segment_unmap", "snapshot", "oom"};
     for (int i = 0; i < 9; ++i) action_id_[i] = vm_.intern(actions[i]);
@@ -97,7 +115,7 @@ class Decoder final : public pickle::DictHook {
     st_inactive_ = vm_.intern("inactive");
   }
 
-  LoadResult run(std::string_view bytes);
+  LoadResult run(std::string_view bytes, bool drop_consumed);
 
   bool take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs) override;
 
@@ -109,6 +127,11 @@ class Decoder final : public pickle::DictHook {
     kAllocatorCaching, kKeyCount
   };
   Value key(Key k) const { return Value::make(Tag::kStr, key_[k]); }
+  // Which known key a dict key is (kKeyCount when none): one table look-up per key.
+  Key field(Value k) const {
+    if (!k.is_str() || k.payload() >= kFieldTable || field_of_[k.payload()] == 0) return kKeyCount;
+    return static_cast<Key>(field_of_[k.payload()] - 1);
+  }
   const char* key_text(Key k) const { return vm_.str(key_[k]).data(); }
 
   // ---- field readers: false with *why set ("'size' is a str, expected an int") ----
@@ -144,7 +167,10 @@ class Decoder final : public pickle::DictHook {
   bool frame_of(Value v, FrameId* out, std::string* why);
   bool stack_of(Value v, StackId* out, std::string* why);
   StackId intern_stack(const std::vector<FrameId>& ids);
-  TraceEntry& pool_at(uint32_t i) { return pool_[i / kChunk][i % kChunk]; }
+  TraceEntry& pool_at(uint32_t i) {
+    uint32_t c = chunk_of(i);
+    return pool_[c].get()[i - chunk_start(c)];
+  }
   void account();
 
   bool decode_top(Value top, Problem* p);
@@ -160,12 +186,18 @@ class Decoder final : public pickle::DictHook {
   const std::string& name_;
   pickle::Vm vm_;
   uint32_t key_[kKeyCount];
+  static constexpr uint64_t kFieldTable = 64;  // the known keys are interned first: small ids
+  uint8_t field_of_[kFieldTable] = {};
   uint32_t action_id_[9];
   uint32_t st_allocated_, st_pending_, st_awaiting_, st_inactive_;
 
   Snapshot snap_;
-  std::vector<std::unique_ptr<TraceEntry[]>> pool_;
+  struct FreeChunk {
+    void operator()(TraceEntry* p) const { std::free(p); }  // TraceEntry is trivially destructible
+  };
+  std::vector<std::unique_ptr<TraceEntry, FreeChunk>> pool_;
   uint32_t pool_size_ = 0;
+  size_t pool_bytes_ = 0;
   std::unordered_map<FrameKey, FrameId, FrameKeyHash> frame_ids_;
   std::unordered_map<std::string_view, StackId> stack_ids_;  // views of snap_.stacks[i]'s ids
   std::vector<FrameId> ids_tmp_;
@@ -175,37 +207,46 @@ class Decoder final : public pickle::DictHook {
 bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why) {
   bool have_action = false;
   for (size_t i = 0; i < n_pairs; ++i) {
-    Value k = kv[2 * i], v = kv[2 * i + 1];
-    if (!k.is_str()) continue;
-    uint32_t id = static_cast<uint32_t>(k.payload());
-    if (id == key_[kAction]) {
-      if (!v.is_str()) {
-        *why = std::string("'action' is a ") + vm_.type_name(v) + ", expected a str";
-        return false;
-      }
-      e->action_str = static_cast<StrId>(v.payload());
-      e->action = Action::kOther;
-      for (int a = 0; a < 9; ++a)
-        if (action_id_[a] == e->action_str) e->action = static_cast<Action>(a);
-      have_action = true;
-    } else if (id == key_[kAddr]) {
-      if (!v.is_none() && !u64(v, kAddr, &e->addr, why)) return false;
-    } else if (id == key_[kSize]) {
-      if (!v.is_none() && !u64(v, kSize, &e->size, why)) return false;
-    } else if (id == key_[kStream]) {
-      if (!v.is_none() && !u64(v, kStream, &e->stream, why)) return false;
-    } else if (id == key_[kTimeUs]) {
-      if (!v.is_none() && !i64(v, kTimeUs, &e->time_us, why)) return false;
-    } else if (id == key_[kCategory]) {
-      if (!str(v, kCategory, &e->category, why)) return false;
-    } else if (id == key_[kDeviceFree]) {
-      uint64_t f;
-      if (!v.is_none()) {
-        if (!u64(v, kDeviceFree, &f, why)) return false;
-        e->device_free = f;
-      }
-    } else if (id == key_[kFrames]) {
-      if (!stack_of(v, &e->stack, why)) return false;
+    Value v = kv[2 * i + 1];
+    switch (field(kv[2 * i])) {
+      case kAction:
+        if (!v.is_str()) {
+          *why = std::string("'action' is a ") + vm_.type_name(v) + ", expected a str";
+          return false;
+        }
+        e->action_str = static_cast<StrId>(v.payload());
+        e->action = Action::kOther;
+        for (int a = 0; a < 9; ++a)
+          if (action_id_[a] == e->action_str) e->action = static_cast<Action>(a);
+        have_action = true;
+        break;
+      case kAddr:
+        if (!v.is_none() && !u64(v, kAddr, &e->addr, why)) return false;
+        break;
+      case kSize:
+        if (!v.is_none() && !u64(v, kSize, &e->size, why)) return false;
+        break;
+      case kStream:
+        if (!v.is_none() && !u64(v, kStream, &e->stream, why)) return false;
+        break;
+      case kTimeUs:
+        if (!v.is_none() && !i64(v, kTimeUs, &e->time_us, why)) return false;
+        break;
+      case kCategory:
+        if (!str(v, kCategory, &e->category, why)) return false;
+        break;
+      case kDeviceFree:
+        if (!v.is_none()) {
+          uint64_t f;
+          if (!u64(v, kDeviceFree, &f, why)) return false;
+          e->device_free = f;
+        }
+        break;
+      case kFrames:
+        if (!stack_of(v, &e->stack, why)) return false;
+        break;
+      default:
+        break;
     }
   }
   if (!have_action) {
@@ -309,28 +350,33 @@ bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
 }
 
 void Decoder::account() {
-  vm_.set_hook_bytes(pool_.size() * kChunk * sizeof(TraceEntry) + snap_.frames.size() * (sizeof(Frame) + 48) +
+  vm_.set_hook_bytes(pool_bytes_ + snap_.frames.size() * (sizeof(Frame) + 48) +
                      snap_.stacks.size() * 80 + stack_frames_ * sizeof(FrameId));
 }
 
 bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs) {
   bool action = false, file = false, name = false;
   for (size_t i = 0; i < n_pairs; ++i) {
-    uint64_t b = kv[2 * i].bits;
-    if (b == key(kAction).bits) action = true;
-    else if (b == key(kFilename).bits) file = true;
-    else if (b == key(kName).bits) name = true;
+    Key k = field(kv[2 * i]);
+    action |= k == kAction;
+    file |= k == kFilename;
+    name |= k == kName;
   }
   std::string why;
   if (action) {
     TraceEntry e;
-    if (!entry_from_pairs(kv, n_pairs, &e, &why)) return false;
-    if (pool_size_ % kChunk == 0) {
-      pool_.emplace_back(new TraceEntry[kChunk]);
+    if (pool_size_ >= UINT32_MAX - kChunk || !entry_from_pairs(kv, n_pairs, &e, &why)) return false;
+    if (pool_size_ == chunk_start(static_cast<uint32_t>(pool_.size()))) {
+      size_t bytes = chunk_capacity(static_cast<uint32_t>(pool_.size())) * sizeof(TraceEntry);
+      void* p = bytes >= (size_t{2} << 20) ? std::aligned_alloc(size_t{2} << 20, bytes) : std::malloc(bytes);
+      if (!p) throw std::bad_alloc();
+      pickle::advise_huge_pages(p, bytes);
+      pool_.emplace_back(static_cast<TraceEntry*>(p));
+      pool_bytes_ += bytes;
       account();
     }
     uint32_t idx = pool_size_++;
-    pool_at(idx) = e;
+    new (&pool_at(idx)) TraceEntry(e);
     vm.make_record(obj, kTraceRecord, idx);
     return true;
   }
@@ -365,7 +411,7 @@ bool Decoder::decode_traces(Value v, Problem* p) {
     for (size_t i = 0; i < ne; ++i) {
       if (!it[i].is_obj()) continue;
       const pickle::Obj& ob = vm_.obj(static_cast<uint32_t>(it[i].payload()));
-      if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) ++refs[ob.payload / kChunk];
+      if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) ++refs[chunk_of(ob.payload)];
     }
   }
   for (size_t c = 0; c < pool_.size(); ++c)
@@ -377,6 +423,7 @@ bool Decoder::decode_traces(Value v, Problem* p) {
     const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
     std::vector<TraceEntry>& out = snap_.device_traces[d];
     out.reserve(ne);
+    pickle::advise_huge_pages(out.data(), ne * sizeof(TraceEntry));
     for (size_t i = 0; i < ne; ++i) {
       Value e = it[i];
       std::string why;
@@ -385,6 +432,9 @@ bool Decoder::decode_traces(Value v, Problem* p) {
         const pickle::Obj& ob = vm_.obj(o);
         if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) {
           out.push_back(pool_at(ob.payload));
+          // Give back a pool chunk as soon as no list still to be copied refers to it.
+          uint32_t c = chunk_of(ob.payload);
+          if (--refs[c] == 0) pool_[c].reset();
           continue;
         }
         if (ob.kind == ObjKind::kDict) {
@@ -401,15 +451,6 @@ bool Decoder::decode_traces(Value v, Problem* p) {
       p->what = "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]: " + why;
       p->offset = offset_of(e, offset_of(dev[d], 0));
       return false;
-    }
-    // Give back the pool chunks this list was the last user of.
-    for (size_t i = 0; i < ne; ++i) {
-      if (!it[i].is_obj()) continue;
-      const pickle::Obj& ob = vm_.obj(static_cast<uint32_t>(it[i].payload()));
-      if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) {
-        uint32_t c = ob.payload / kChunk;
-        if (--refs[c] == 0) pool_[c].reset();
-      }
     }
   }
   return true;
@@ -666,11 +707,11 @@ bool Decoder::decode_top(Value top, Problem* p) {
   return true;
 }
 
-LoadResult Decoder::run(std::string_view bytes) {
+LoadResult Decoder::run(std::string_view bytes, bool drop_consumed) {
   LoadResult r;
   Value top;
   std::string err;
-  if (!vm_.run(bytes, &top, &err)) {
+  if (!vm_.run(bytes, &top, &err, drop_consumed)) {
     r.error = LoadError{name_ + ": " + err};
     return r;
   }
@@ -691,9 +732,9 @@ LoadResult Decoder::run(std::string_view bytes) {
 
 }  // namespace
 
-LoadResult decode_snapshot(std::string_view bytes, const std::string& name_for_errors) {
+LoadResult decode_snapshot(std::string_view bytes, const std::string& name_for_errors, bool drop_consumed) {
   auto d = std::make_unique<Decoder>(name_for_errors);
-  return d->run(bytes);
+  return d->run(bytes, drop_consumed);
 }
 
 }  // namespace memtrace::reader

@@ -9,6 +9,8 @@
 
 namespace memtrace::reader {
 
-LoadResult decode_snapshot(std::string_view bytes, const std::string& name_for_errors);
+// drop_consumed: `bytes` is a private read-only mapping of the file whose pages may be given back
+// as decoding moves past them (see pickle::Vm::run).
+LoadResult decode_snapshot(std::string_view bytes, const std::string& name_for_errors, bool drop_consumed);
 
 }  // namespace memtrace::reader
