@@ -187,6 +187,14 @@ class UnitReader {
     bool may_have_pc = false;  // DW_AT_high_pc or DW_AT_ranges: dwarf_ranges may answer
     bool has_high = false;     // DW_AT_high_pc
     bool has_name = false;     // DW_AT_name, DW_AT_linkage_name or DW_AT_MIPS_linkage_name
+    // When every form has a fixed size in this unit (most DIEs): the attributes' total size,
+    // and where the ones the walk reads sit; else fixed_size is -1.
+    int fixed_size = -1;
+    struct Wanted {
+      uint16_t name, form;
+      int offset;
+    };
+    std::vector<Wanted> wanted;
     std::vector<std::pair<uint16_t, uint16_t>> attrs;  // (name, form)
   };
   // What the walk needs of one DIE's attribute values.
@@ -237,13 +245,11 @@ class UnitReader {
     if (a == nullptr) return nullptr;
     bool have_low = false, have_high = false, high_is_offset = false;
     Dwarf_Addr low = 0, high = 0;
-    for (auto [name, form] : a->attrs) {
-      const unsigned char* v = p;
-      if (!skip(p, form)) return nullptr;
-      if (at == nullptr) continue;
+    // Reads one of the attributes the walk wants, its value at v.
+    auto take = [&](unsigned name, unsigned form, const unsigned char* v) {
       if (name == DW_AT_sibling) {
         const unsigned char* target = ref_target(form, v);
-        if (target == nullptr || target < die_addr || target > end_) return nullptr;
+        if (target == nullptr || target < die_addr || target > end_) return false;
         at->sibling = target;
       } else if (name == DW_AT_abstract_origin) {
         const unsigned char* target = ref_target(form, v);
@@ -264,6 +270,20 @@ class UnitReader {
           case DW_FORM_udata: uleb(v, high); have_high = high_is_offset = true; break;
           default: break;
         }
+      }
+      return true;
+    };
+    if (a->fixed_size >= 0) {
+      if (a->fixed_size > end_ - p) return nullptr;
+      if (at != nullptr)
+        for (const Abbrev::Wanted& w : a->wanted)
+          if (!take(w.name, w.form, p + w.offset)) return nullptr;
+      p += a->fixed_size;
+    } else {
+      for (auto [name, form] : a->attrs) {
+        const unsigned char* v = p;
+        if (!skip(p, form)) return nullptr;
+        if (at != nullptr && !take(name, form, v)) return nullptr;
       }
     }
     if (at != nullptr && a->has_high) at->has_high = true;
@@ -426,6 +446,37 @@ class UnitReader {
     return false;
   }
 
+  // A form's size when it is fixed in this unit, else -1.
+  int fixed_form_size(unsigned form) const {
+    switch (form) {
+      case DW_FORM_flag_present: case DW_FORM_implicit_const:
+        return 0;
+      case DW_FORM_addr:
+        return addr_size_;
+      case DW_FORM_data1: case DW_FORM_ref1: case DW_FORM_flag: case DW_FORM_strx1:
+      case DW_FORM_addrx1:
+        return 1;
+      case DW_FORM_data2: case DW_FORM_ref2: case DW_FORM_strx2: case DW_FORM_addrx2:
+        return 2;
+      case DW_FORM_strx3: case DW_FORM_addrx3:
+        return 3;
+      case DW_FORM_data4: case DW_FORM_ref4: case DW_FORM_ref_sup4: case DW_FORM_strx4:
+      case DW_FORM_addrx4:
+        return 4;
+      case DW_FORM_data8: case DW_FORM_ref8: case DW_FORM_ref_sig8: case DW_FORM_ref_sup8:
+        return 8;
+      case DW_FORM_data16:
+        return 16;
+      case DW_FORM_strp: case DW_FORM_line_strp: case DW_FORM_sec_offset: case DW_FORM_strp_sup:
+      case DW_FORM_GNU_ref_alt: case DW_FORM_GNU_strp_alt:
+        return offset_size_;
+      case DW_FORM_ref_addr:
+        return version_ <= 2 ? addr_size_ : offset_size_;
+      default:
+        return -1;
+    }
+  }
+
   bool advance(const unsigned char*& p, uint64_t n) const {
     if (n > static_cast<uint64_t>(end_ - p)) return false;
     p += n;
@@ -524,6 +575,19 @@ class UnitReader {
       if (name == DW_AT_name || name == DW_AT_linkage_name || name == DW_AT_MIPS_linkage_name)
         a->has_name = true;
     }
+    int offset = 0;
+    for (auto [name, form] : a->attrs) {
+      if (name == DW_AT_sibling || name == DW_AT_abstract_origin || name == DW_AT_ranges ||
+          name == DW_AT_low_pc || name == DW_AT_high_pc)
+        a->wanted.push_back({name, form, offset});
+      int size = fixed_form_size(form);
+      if (size < 0) {
+        offset = -1;
+        break;
+      }
+      offset += size;
+    }
+    a->fixed_size = offset;
     *slot = std::move(a);
     return slot->get();
   }
