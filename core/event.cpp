@@ -10,7 +10,7 @@ constexpr const char* kActionNames[kActionCount] = {
     "segment_map", "segment_unmap",  "oom",            "snapshot",
 };
 constexpr const char* kKindNames[kMemKindCount] = {
-    "device", "managed", "async", "vmm", "host_pinned", "host_registered",
+    "device", "managed", "async", "vmm", "host_pinned", "host_registered", "cached",
 };
 }  // namespace
 

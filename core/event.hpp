@@ -31,8 +31,11 @@ enum class MemKind : uint8_t {
   VmmMapping,      // a cuMemMap'ed range (its physical handle is accounted separately)
   HostPinned,      // cuMemAllocHost_v2 / cuMemHostAlloc
   HostRegistered,  // cuMemHostRegister_v2 (existing memory, pinned)
+  Cached,          // memtrace's caching allocator (MEMTRACE_ALLOCATOR=caching): its segments and
+                   // the blocks tiling them; entries of this kind follow PyTorch's allocator exactly
+                   // (free_requested and free_completed may be apart: deferred frees)
 };
-constexpr int kMemKindCount = 6;
+constexpr int kMemKindCount = 7;
 const char* mem_kind_name(MemKind k);
 inline bool is_host(MemKind k) { return k == MemKind::HostPinned || k == MemKind::HostRegistered; }
 

@@ -44,10 +44,25 @@ void Recorder::account_bytes(bool host, int device, uint16_t owner, int64_t delt
   if (owner < kMaxOwners) add_usage(&owner_device_[owner], delta);
 }
 
+void Recorder::note_device(int device) {
+  if (device >= 0 && device < kMaxDevices && device + 1 > device_count_) device_count_ = device + 1;
+}
+
 void Recorder::account(const AllocRecord& r, int64_t sign) {
   if (r.kind == MemKind::VmmMapping) {
     // Mappings show where physical memory is visible; the bytes are counted on the handle.
-    if (r.device >= 0 && r.device < kMaxDevices && r.device + 1 > device_count_) device_count_ = r.device + 1;
+    note_device(r.device);
+    return;
+  }
+  if (r.kind == MemKind::Cached) {
+    // Segments are the device's bytes (what the driver gave up), blocks their owner's.
+    note_device(r.device);
+    if (r.device < 0 || r.device >= kMaxDevices) return;
+    const int64_t delta = sign * static_cast<int64_t>(r.size);
+    if (r.cache == CacheRole::Segment)
+      add_usage(&device_[r.device], delta);
+    else if (r.owner < kMaxOwners)
+      add_usage(&owner_device_[r.owner], delta);
     return;
   }
   account_bytes(is_host(r.kind), r.device, r.owner, sign * static_cast<int64_t>(r.size));
@@ -182,24 +197,149 @@ bool Recorder::handle_info(uint64_t handle, HandleRecord* out) {
 void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
   if (ctx == 0) return;
   uint64_t t = now_ticks();
-  for (Shard& s : shards_) {
-    SpinGuard g(s.lock);
-    AllocRecord victims[64];
-    for (;;) {
-      // Collect in small batches: taking while iterating would reshuffle the table.
-      int n = 0;
-      s.live.for_each([&](uint64_t, const AllocRecord& r) {
-        if (r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && n < 64) victims[n++] = r;
-      });
-      if (n == 0) break;
-      for (int i = 0; i < n; ++i) s.live.take(victims[i].addr, nullptr);
-      SpinGuard rg(ring_lock_);
-      for (int i = 0; i < n; ++i) {
-        emit_free(victims[i], victims[i].stream, 0, t);
-        account(victims[i], -1);
+  // Two passes: the caching allocator's blocks go before its segments (the viewer re-creates a
+  // freed block inside a segment that must still exist at that point).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (Shard& s : shards_) {
+      SpinGuard g(s.lock);
+      AllocRecord victims[64];
+      for (;;) {
+        // Collect in small batches: taking while iterating would reshuffle the table.
+        int n = 0;
+        s.live.for_each([&](uint64_t, const AllocRecord& r) {
+          bool seg = r.cache == CacheRole::Segment;
+          if (r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && seg == (pass == 1) && n < 64) victims[n++] = r;
+        });
+        if (n == 0) break;
+        for (int i = 0; i < n; ++i) s.live.take(key_of(victims[i]), nullptr);
+        SpinGuard rg(ring_lock_);
+        for (int i = 0; i < n; ++i) {
+          if (victims[i].kind == MemKind::Cached)
+            emit_cached_purge(victims[i], t);
+          else
+            emit_free(victims[i], victims[i].stream, 0, t);
+          account(victims[i], -1);
+        }
       }
     }
   }
+}
+
+void Recorder::emit_cached_purge(const AllocRecord& r, uint64_t t) {
+  TraceEntry e;
+  e.time_us = t;
+  e.addr = r.addr;
+  e.stream = r.stream;
+  e.note = r.note;
+  e.stack_id = r.stack_id;
+  e.device = r.device;
+  e.kind = MemKind::Cached;
+  if (r.cache == CacheRole::Block) {
+    e.size = r.requested;
+    e.action = Action::FreeRequested;
+    push(e);
+    e.action = Action::FreeCompleted;
+    push(e);
+    return;
+  }
+  e.size = r.size;
+  e.action = (r.cache_flags & kCacheExpandable) ? Action::SegmentUnmap : Action::SegmentFree;
+  push(e);
+}
+
+void Recorder::cached_block_alloc(const AllocRecord& r) {
+  Shard& s = shard_of(r.addr);
+  SpinGuard g(s.lock);
+  AllocRecord stale;
+  bool had_stale = s.live.exchange(r.addr, r, &stale);
+  SpinGuard rg(ring_lock_);
+  if (had_stale) {
+    // Only a bug in the allocator's reports could get here; keep the viewer's alternation.
+    ++stale_replaced_;
+    account(stale, -1);
+  }
+  TraceEntry e;
+  e.time_us = r.time_us;
+  e.addr = r.addr;
+  e.size = r.requested;
+  e.stream = r.stream;
+  e.note = r.note;
+  e.stack_id = r.stack_id;
+  e.device = r.device;
+  e.kind = MemKind::Cached;
+  e.action = Action::Alloc;
+  push(e);
+  account(r, +1);
+}
+
+bool Recorder::cached_block_free_requested(uint64_t addr, uint32_t free_stack_id) {
+  Shard& s = shard_of(addr);
+  SpinGuard g(s.lock);
+  AllocRecord* cur = s.live.find(addr);
+  if (!cur || cur->cache != CacheRole::Block || (cur->cache_flags & kCachePendingFree)) return false;
+  cur->cache_flags |= kCachePendingFree;
+  if (free_stack_id) cur->stack_id = free_stack_id;  // the free's entries carry the free's stack
+  return true;
+}
+
+bool Recorder::cached_block_free_completed(uint64_t addr) {
+  Shard& s = shard_of(addr);
+  SpinGuard g(s.lock);
+  AllocRecord* cur = s.live.find(addr);
+  if (!cur || cur->cache != CacheRole::Block) return false;
+  AllocRecord r;
+  s.live.take(addr, &r);
+  TraceEntry e;
+  e.time_us = now_ticks();
+  e.addr = addr;
+  e.size = r.requested;
+  e.stream = r.stream;
+  e.note = r.note;
+  e.stack_id = r.stack_id;
+  e.device = r.device;
+  e.kind = MemKind::Cached;
+  SpinGuard rg(ring_lock_);
+  e.action = Action::FreeRequested;
+  push(e);
+  e.action = Action::FreeCompleted;
+  push(e);
+  account(r, -1);
+  return true;
+}
+
+void Recorder::cached_segments_change(const TraceEntry& entry, const uint64_t* removed, size_t n_removed,
+                                      const AllocRecord* added, size_t n_added) {
+  // Rare (each one is a driver call): every lock, in the order copy_state takes them.
+  for (Shard& s : shards_) s.lock.lock();
+  int64_t delta = 0;
+  AllocRecord like{};
+  bool have_like = false;
+  for (size_t i = 0; i < n_removed; ++i) {
+    AllocRecord gone;
+    const uint64_t key = segment_key(removed[i]);
+    if (shard_of(key).live.take(key, &gone)) {
+      delta -= static_cast<int64_t>(gone.size);
+      if (!have_like) like = gone, have_like = true;
+    }
+  }
+  for (size_t i = 0; i < n_added; ++i) {
+    const uint64_t key = segment_key(added[i].addr);
+    shard_of(key).live.put(key, added[i]);
+    delta += static_cast<int64_t>(added[i].size);
+    if (!have_like) like = added[i], have_like = true;
+  }
+  {
+    SpinGuard rg(ring_lock_);
+    push(entry);
+    if (have_like && delta != 0) {
+      // One net change per entry: a map that merges ranges is one allocation, not three.
+      like.size = static_cast<uint64_t>(delta < 0 ? -delta : delta);
+      account(like, delta < 0 ? -1 : +1);
+    } else {
+      note_device(entry.device);
+    }
+  }
+  for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
 }
 
 StateCopy Recorder::copy_state() { return copy_state_impl(false); }

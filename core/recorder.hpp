@@ -44,6 +44,26 @@ class Recorder {
   void record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free, uint32_t stack_id,
                   const char* note);
 
+  // MEMTRACE_ALLOCATOR=caching: the allocator's actions, recorded as it reports them (under its
+  // own lock, hence in its order). Its records are MemKind::Cached, segments and blocks apart
+  // (CacheRole); a snapshot tiles each segment with the blocks inside it. Segments count as the
+  // device's bytes (what the driver gave up), blocks as their owner's (who holds the memory).
+  // A block handed out: its record (size = block bytes, requested = bytes asked) and `alloc`.
+  void cached_block_alloc(const AllocRecord& block);
+  // The program freed a block that waits for a synchronize before reuse: the record stays,
+  // marked kCachePendingFree (a snapshot shows it 'active_pending_free'), and takes the free's
+  // stack when free_stack_id is not 0. No entry yet. False when no live block starts at addr.
+  bool cached_block_free_requested(uint64_t addr, uint32_t free_stack_id);
+  // The block went back to the allocator's free pool: `free_requested` + `free_completed`
+  // together (the pair output/tests/check_snapshot.py and older viewers expect adjacent; the
+  // pending state between the two is what the snapshot's block state shows), record removed.
+  bool cached_block_free_completed(uint64_t addr);
+  // One segment entry (segment_alloc/free/map/unmap, entry.kind Cached) and the segment records
+  // it removes (by address) and adds, applied under every lock at once: a cut never sees half of
+  // a change that replaces one mapped range by several (an unmap in its middle) or several by one.
+  void cached_segments_change(const TraceEntry& entry, const uint64_t* removed, size_t n_removed,
+                              const AllocRecord* added, size_t n_added);
+
   // VMM physical memory.
   void handle_created(const HandleRecord& h);
   // Adds delta to the handle's references; at zero the physical memory is gone.
@@ -71,14 +91,20 @@ class Recorder {
     SpinLock lock;
     AddrMap<AllocRecord> live;
   };
+  // A caching segment and its first block start at the same address: segments are filed under
+  // the address plus one (device addresses are at least 512-byte aligned, so no key collides).
+  static uint64_t segment_key(uint64_t addr) { return addr | 1; }
+  static uint64_t key_of(const AllocRecord& r) { return r.cache == CacheRole::Segment ? segment_key(r.addr) : r.addr; }
   Shard& shard_of(uint64_t addr) { return shards_[(addr >> 9) * 0x9E3779B97F4A7C15ull >> 59]; }
   void push(const TraceEntry& e);  // caller holds ring_lock_
   StateCopy copy_state_locked();
   StateCopy copy_state_impl(bool ring_under_locks);
   void emit_alloc(const AllocRecord& r);
   void emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t);
+  void emit_cached_purge(const AllocRecord& r, uint64_t t);  // caller holds ring_lock_
   void account(const AllocRecord& r, int64_t sign);         // caller holds ring_lock_
   void account_bytes(bool host, int device, uint16_t owner, int64_t delta);  // caller holds ring_lock_
+  void note_device(int device);  // caller holds ring_lock_
 
   Shard shards_[kShards];
   SpinLock handle_lock_;

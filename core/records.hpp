@@ -12,6 +12,19 @@ constexpr int kMaxDevices = 64;
 // Owners (libraries that asked for memory) are small ids given by the hook side; 0 = not known.
 constexpr int kMaxOwners = 256;
 
+// What a MemKind::Cached record stands for. The registry keeps the caching allocator's segments
+// and its live blocks as separate records; a snapshot tiles each segment with the blocks inside it
+// and fills the gaps with 'inactive' blocks, so registry + ring stay the one source of truth.
+enum class CacheRole : uint8_t {
+  None,     // not the caching allocator's
+  Segment,  // a driver allocation, or a contiguous mapped range of an expandable reservation
+  Block,    // a block handed to the program (or freed and waiting for a synchronize)
+};
+// AllocRecord::cache_flags bits.
+constexpr uint8_t kCachePendingFree = 1;  // Block: freed, reusable after the next synchronize
+constexpr uint8_t kCacheExpandable = 2;   // Segment: mapped range of an expandable reservation
+constexpr uint8_t kCacheSmallPool = 4;    // Segment: small pool (blocks of at most 1 MiB)
+
 // One live allocation. Without the caching allocator it is one snapshot segment holding one block.
 struct AllocRecord {
   uint64_t addr = 0;
@@ -26,6 +39,8 @@ struct AllocRecord {
   uint16_t owner = 0;
   int16_t device = 0;  // -1 for host memory not tied to a device
   MemKind kind = MemKind::Device;
+  CacheRole cache = CacheRole::None;  // kind Cached only
+  uint8_t cache_flags = 0;            // kCache* bits
 };
 
 // VMM physical memory (cuMemCreate): alive until the creation reference, every mapping

@@ -49,6 +49,7 @@ DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const D
       bo.meta.rank = context.rank;
       bo.meta.sequence = request.sequence;
       bo.meta.reason = request.reason;
+      bo.allocator = request.allocator;
 
       PickleWriter w(estimate_bytes(state));
       try {

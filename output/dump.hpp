@@ -10,6 +10,7 @@
 #include "core/records.hpp"
 #include "output/frame_source.hpp"
 #include "output/output_path.hpp"
+#include "output/snapshot_builder.hpp"
 
 namespace memtrace::unwind {
 class StackTable;
@@ -23,6 +24,7 @@ struct DumpRequest {
   bool print_summary = true;
   bool include_frames = true;
   std::string reason;  // "exit", "signal", "oom", ... (stored in the snapshot's metadata)
+  AllocatorSettings allocator;  // allocator_settings
 };
 
 struct DumpReport {

@@ -86,6 +86,9 @@ enum Str : int {
   vEmpty,
   vActiveAllocated,
   vLarge,
+  vActivePendingFree,
+  vInactive,
+  vSmall,
   vActionFirst,  // + Action
   kStrCount = vActionFirst + kActionCount,
 };
@@ -95,7 +98,7 @@ const char* const kFixedText[vActionFirst] = {
     "user_metadata", "frames",       "category",       "device_free",     "device",          "address",
     "total_size",    "allocated_size", "active_size",  "requested_size",  "segment_type",    "segment_pool_id",
     "is_expandable", "blocks",       "state",          "filename",        "line",            "name",
-    "",              "active_allocated", "large",
+    "",              "active_allocated", "large",  "active_pending_free", "inactive",       "small",
 };
 
 struct FrameKey {
@@ -146,12 +149,15 @@ class Builder {
 
     w_.key("segments");
     w_.begin_list();
-    for (uint32_t i : dev_recs_) {
+    for (const Group& g : groups_) {
       w_.item();
-      segment(s_.live[i], false);
+      if (s_.live[g.rec].cache == CacheRole::Segment)
+        cached_segment(g);
+      else
+        segment(s_.live[g.rec], false);
     }
     w_.end_list();
-    st_.device_segments = dev_recs_.size();
+    st_.device_segments = groups_.size();
 
     bool host = !host_recs_.empty() || !host_entries_.empty();
     if (host) {
@@ -186,6 +192,11 @@ class Builder {
   struct StackInfo {
     int64_t list_memo = -1;
     int category = -1;
+  };
+  struct Group {
+    uint32_t rec;          // index into live: the segment's record
+    uint32_t first_block;  // caching segments: their blocks, seg_blocks_[first_block, +n_blocks)
+    uint32_t n_blocks;
   };
 
   // ---- strings ----
@@ -352,10 +363,13 @@ class Builder {
       const AllocRecord& r = live[i];
       (is_host_side(r.kind, r.device) ? host_recs_ : dev_recs_).push_back(i);
     }
+    // A caching segment sorts before the block that starts at its address.
     std::sort(dev_recs_.begin(), dev_recs_.end(), [&](uint32_t a, uint32_t b) {
       if (live[a].device != live[b].device) return live[a].device < live[b].device;
-      return live[a].addr < live[b].addr;
+      if (live[a].addr != live[b].addr) return live[a].addr < live[b].addr;
+      return (live[a].cache == CacheRole::Segment) > (live[b].cache == CacheRole::Segment);
     });
+    group_segments();
     std::sort(host_recs_.begin(), host_recs_.end(), [&](uint32_t a, uint32_t b) { return live[a].addr < live[b].addr; });
 
     int n = std::clamp(s_.device_count, 1, kMaxDevices);
@@ -381,6 +395,39 @@ class Builder {
       else
         per_dev_[e.device].push_back(j);
     }
+  }
+
+  // Segments as the viewer sees them: a plain record is a segment of its own; a caching segment
+  // takes the caching blocks that lie inside it, in address order and without overlap. A block
+  // that fits in no segment (only an inconsistent report could make one) is written as a segment
+  // of its own, so that the file still loads.
+  void group_segments() {
+    const auto& live = s_.live;
+    size_t i = 0;
+    while (i < dev_recs_.size()) {
+      const AllocRecord& r = live[dev_recs_[i]];
+      Group g{dev_recs_[i], static_cast<uint32_t>(seg_blocks_.size()), 0};
+      ++i;
+      if (r.cache == CacheRole::Segment) {
+        const uint64_t end = r.addr + r.size;
+        uint64_t cursor = r.addr;
+        while (i < dev_recs_.size()) {
+          const AllocRecord& b = live[dev_recs_[i]];
+          if (b.device != r.device || b.addr >= end || b.cache != CacheRole::Block) break;
+          if (b.addr >= cursor && b.size <= end - b.addr) {
+            seg_blocks_.push_back(dev_recs_[i]);
+            ++g.n_blocks;
+            cursor = b.addr + b.size;
+          } else {
+            orphans_.push_back(dev_recs_[i]);
+          }
+          ++i;
+        }
+      }
+      groups_.push_back(g);
+    }
+    for (uint32_t o : orphans_) groups_.push_back(Group{o, 0, 0});
+    st_.orphan_blocks = orphans_.size();
   }
 
   void plan_marker() {
@@ -454,6 +501,81 @@ class Builder {
     w_.end_dict();
   }
 
+  void block_dict(uint64_t addr, uint64_t size, uint64_t requested, int state, uint32_t stack_id, const char* n) {
+    w_.begin_dict();
+    key(kAddress);
+    w_.uinteger(addr);
+    key(kSize);
+    w_.uinteger(size);
+    key(kRequestedSize);
+    w_.uinteger(requested);
+    key(kState);
+    cstr(state);
+    key(kFrames);
+    frames_list(stack_id);
+    if (n && *n) {
+      key(kUserMetadata);
+      note(n);
+    }
+    w_.end_dict();
+  }
+
+  void cached_segment(const Group& g) {
+    const AllocRecord& r = s_.live[g.rec];
+    uint64_t allocated = 0, active = 0, requested = 0;
+    for (uint32_t k = 0; k < g.n_blocks; ++k) {
+      const AllocRecord& b = s_.live[seg_blocks_[g.first_block + k]];
+      active += b.size;
+      requested += std::min(b.requested, b.size);
+      if (!(b.cache_flags & kCachePendingFree)) allocated += b.size;
+    }
+    w_.begin_dict();
+    key(kDevice);
+    w_.integer(r.device);
+    key(kAddress);
+    w_.uinteger(r.addr);
+    key(kTotalSize);
+    w_.uinteger(r.size);
+    key(kAllocatedSize);
+    w_.uinteger(allocated);
+    key(kActiveSize);
+    w_.uinteger(active);
+    key(kRequestedSize);
+    w_.uinteger(requested);
+    key(kStream);
+    w_.uinteger(r.stream);
+    key(kSegmentType);
+    cstr((r.cache_flags & kCacheSmallPool) ? vSmall : vLarge);
+    key(kSegmentPoolId);
+    w_.integer(0);
+    w_.integer(0);
+    w_.tuple2();
+    key(kIsExpandable);
+    w_.boolean((r.cache_flags & kCacheExpandable) != 0);
+    key(kFrames);
+    frames_list(r.stack_id);
+    key(kBlocks);
+    w_.begin_list();
+    uint64_t cursor = r.addr;
+    for (uint32_t k = 0; k < g.n_blocks; ++k) {
+      const AllocRecord& b = s_.live[seg_blocks_[g.first_block + k]];
+      if (b.addr > cursor) {
+        w_.item();
+        block_dict(cursor, b.addr - cursor, 0, vInactive, 0, nullptr);
+      }
+      w_.item();
+      block_dict(b.addr, b.size, std::min(b.requested, b.size),
+                 (b.cache_flags & kCachePendingFree) ? vActivePendingFree : vActiveAllocated, b.stack_id, b.note);
+      cursor = b.addr + b.size;
+    }
+    if (cursor < r.addr + r.size) {
+      w_.item();
+      block_dict(cursor, r.addr + r.size - cursor, 0, vInactive, 0, nullptr);
+    }
+    w_.end_list();
+    w_.end_dict();
+  }
+
   void entry(const TraceEntry& e, Action a) {
     w_.begin_dict();
     key(kAction);
@@ -521,7 +643,7 @@ class Builder {
   void marker(int d) {
     uint64_t live_bytes = 0;
     for (uint32_t i : dev_recs_)
-      if (s_.live[i].device == d) live_bytes += s_.live[i].size;
+      if (s_.live[i].device == d && s_.live[i].cache != CacheRole::Segment) live_bytes += s_.live[i].size;
     uint64_t t = s_.time_us;
     if (last_index_ < s_.trace.size()) t = std::max(t, s_.trace[last_index_].time_us);
     w_.begin_dict();
@@ -545,19 +667,23 @@ class Builder {
   }
 
   void allocator_settings() {
+    const AllocatorSettings& as = o_.allocator;
     w_.begin_dict();
     w_.key("PYTORCH_CUDA_ALLOC_CONF");
-    cstr(vEmpty);
+    if (as.conf.empty())
+      cstr(vEmpty);
+    else
+      w_.str(as.conf);
     w_.key("max_split_size");
-    w_.integer(-1);
+    w_.integer(as.max_split_size);
     w_.key("garbage_collection_threshold");
-    w_.float64(0.0);
+    w_.float64(as.garbage_collection_threshold);
     w_.key("expandable_segments");
-    w_.boolean(false);
+    w_.boolean(as.expandable_segments);
     w_.key("pinned_num_register_threads");
     w_.integer(1);
     w_.key("release_lock_on_cudamalloc");
-    w_.boolean(false);
+    w_.boolean(as.release_lock_on_cudamalloc);
     w_.key("pinned_use_cuda_host_register");
     w_.boolean(false);
     w_.key("graph_capture_record_stream_reuse");
@@ -575,7 +701,7 @@ class Builder {
       } while (v);
       for (int k = 0; k < len; ++k) buf[k] = tmp[len - 1 - k];
       w_.key(std::string_view(buf, static_cast<size_t>(len)));
-      w_.integer(0);
+      w_.integer(as.roundup_power2_divisions[i]);
     }
     w_.end_dict();
     w_.key("trace_alloc_max_entries");
@@ -588,6 +714,28 @@ class Builder {
 
     w_.key("memtrace");
     w_.begin_dict();
+    w_.key("allocator");
+    w_.str(as.mode);
+    if (as.cached) {
+      // memtrace's own allocator keys, and PyTorch's that have no top-level slot.
+      w_.key("policy");
+      w_.str(as.policy);
+      w_.key("deferred_free");
+      w_.boolean(as.deferred_free);
+      w_.key("free_batch_bytes");
+      w_.uinteger(as.free_batch_bytes);
+      w_.key("max_non_split_rounding");
+      w_.uinteger(as.max_non_split_rounding);
+      w_.key("large_segment_size");
+      w_.uinteger(as.large_segment_size);
+      w_.key("per_process_memory_fraction");
+      if (as.per_process_memory_fraction < 0)
+        w_.none();
+      else
+        w_.float64(as.per_process_memory_fraction);
+      w_.key("orphan_blocks");
+      w_.uinteger(st_.orphan_blocks);
+    }
     w_.key("version");
     w_.str(o_.meta.version.empty() ? std::string_view(MEMTRACE_VERSION) : std::string_view(o_.meta.version));
     w_.key("pid");
@@ -659,6 +807,8 @@ class Builder {
   std::unordered_map<std::string, int> cat_index_;
 
   std::vector<uint32_t> dev_recs_, host_recs_;
+  std::vector<Group> groups_;
+  std::vector<uint32_t> seg_blocks_, orphans_;
   int ndev_ = 1;
   std::vector<std::vector<uint32_t>> per_dev_;
   std::vector<uint32_t> host_entries_;

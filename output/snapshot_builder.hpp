@@ -5,8 +5,10 @@
 //   device_traces  one list per device index 0..N-1 (N >= 1 and covers every device used), oldest
 //                  entry first. Every entry carries `category` = owner of its stack.
 //   segments       one segment per live device AllocRecord (Device, Managed, Async, VmmMapping on a
-//                  device 0..63), holding exactly one 'active_allocated' block; sorted by (device,
-//                  address).
+//                  device 0..63), holding exactly one 'active_allocated' block; and one per caching
+//                  allocator segment record (MemKind::Cached, CacheRole::Segment), tiled by the
+//                  Cached block records inside it plus 'inactive' blocks for the gaps. Sorted by
+//                  (device, address).
 //   host_segments / host_traces  only when pinned host memory was seen (see snapshot_builder.cpp).
 //   allocator_settings  PyTorch's defaults, plus trace_alloc_max_entries / trace_alloc_overflowed and
 //                  a nested 'memtrace' dict of metadata (see snapshot_builder.cpp).
@@ -33,9 +35,29 @@ struct SnapshotMeta {
   std::string reason;     // why the dump happened: "exit", "signal", "oom", ...
 };
 
+// Which allocator served the program and its settings, for allocator_settings. Plain values,
+// so that output/ does not depend on core/caching/.
+struct AllocatorSettings {
+  std::string mode = "passthrough";  // allocator_settings['memtrace']['allocator']
+  bool cached = false;               // a caching allocator ran: the fields below are its conf
+  std::string conf;                  // the MEMTRACE_ALLOC_CONF string parsed
+  int64_t max_split_size = -1;       // -1: unlimited
+  double garbage_collection_threshold = 0;
+  bool expandable_segments = false;
+  bool release_lock_on_cudamalloc = false;
+  uint32_t roundup_power2_divisions[16] = {};
+  uint64_t max_non_split_rounding = 20 << 20;
+  uint64_t large_segment_size = 20 << 20;
+  double per_process_memory_fraction = -1;  // -1: unset
+  std::string policy = "pytorch";
+  bool deferred_free = true;
+  uint64_t free_batch_bytes = 0;
+};
+
 struct BuildOptions {
   bool include_frames = true;  // false: frames lists are empty and trace entries carry none
   SnapshotMeta meta;
+  AllocatorSettings allocator;
 };
 
 struct BuildStats {
@@ -48,6 +70,7 @@ struct BuildStats {
   size_t frame_lists = 0;      // distinct frame lists written (shared by memo after that)
   size_t frame_dicts = 0;      // distinct frame dicts written
   size_t repaired_frees = 0;   // half free pairs completed (see snapshot_builder.cpp)
+  size_t orphan_blocks = 0;    // caching blocks inside no caching segment (written as segments)
   bool unknown_marker = false;  // the 'snapshot' entry with category 'unknown' was added
 };
 

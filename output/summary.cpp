@@ -91,8 +91,17 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
   std::vector<Group> groups;
   std::unordered_map<std::string, size_t> by_name;
   std::unordered_map<uint32_t, size_t> by_stack;
-  uint64_t live_bytes = 0;
+  uint64_t live_bytes = 0, live_count = 0;
+  // The caching allocator's segments are its cache, not allocations: counted on their own line.
+  uint64_t cache_segments = 0, cache_reserved = 0, cache_held = 0;
   for (const AllocRecord& r : s.live) {
+    if (r.cache == CacheRole::Segment) {
+      ++cache_segments;
+      cache_reserved += r.size;
+      continue;
+    }
+    if (r.cache == CacheRole::Block) cache_held += r.size;
+    ++live_count;
     size_t gi;
     auto it = by_stack.find(r.stack_id);
     if (it != by_stack.end()) {
@@ -114,10 +123,13 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
     groups[gi].bytes += r.size;
     live_bytes += r.size;
   }
-  if (s.live.empty()) {
+  if (cache_segments)
+    put_line(out, "  caching allocator: {} reserved in {} segment{}, {} of it in blocks the program holds",
+             human_bytes(cache_reserved), cache_segments, cache_segments == 1 ? "" : "s", human_bytes(cache_held));
+  if (live_count == 0) {
     put_line(out, "  live at exit: nothing");
   } else {
-    put_line(out, "  live at exit: {} allocation{}, {}", s.live.size(), s.live.size() == 1 ? "" : "s", human_bytes(live_bytes));
+    put_line(out, "  live at exit: {} allocation{}, {}", live_count, live_count == 1 ? "" : "s", human_bytes(live_bytes));
     std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
       if (a.bytes != b.bytes) return a.bytes > b.bytes;
       return a.owner < b.owner;
@@ -169,7 +181,7 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
     };
     std::unordered_map<uint32_t, Site> sites;
     for (const AllocRecord& r : s.live) {
-      if (r.stack_id == 0) continue;
+      if (r.stack_id == 0 || r.cache == CacheRole::Segment) continue;
       Site& site = sites.try_emplace(r.stack_id, Site{r.stack_id}).first->second;
       site.count += 1;
       site.bytes += r.size;

@@ -29,7 +29,11 @@
   X(cuDevicePrimaryCtxReset_v2)     \
   X(cuDevicePrimaryCtxRelease_v2)   \
   X(cuGetProcAddress)               \
-  X(cuGetProcAddress_v2)
+  X(cuGetProcAddress_v2)            \
+  X(cuMemGetAddressRange_v2)        \
+  X(cuPointerGetAttribute)          \
+  X(cuPointerGetAttributes)         \
+  X(cuIpcGetMemHandle)
 
 // Driver entry points memtrace only calls (real pointers, never wrapped or exported).
 #define MEMTRACE_DRIVER_INTERNAL(X) \
@@ -39,7 +43,13 @@
   X(cuStreamIsCapturing)            \
   X(cuStreamIsCapturing_ptsz)       \
   X(cuDevicePrimaryCtxRetain)       \
-  X(cuDevicePrimaryCtxGetState)
+  X(cuDevicePrimaryCtxGetState)     \
+  X(cuCtxPushCurrent_v2)            \
+  X(cuCtxPopCurrent_v2)             \
+  X(cuCtxSynchronize)               \
+  X(cuMemAddressReserve)            \
+  X(cuMemAddressFree)               \
+  X(cuMemSetAccess)
 
 // NCCL's public buffer and lifecycle calls: wrapped for attribution only (the memory itself
 // is counted at the driver).

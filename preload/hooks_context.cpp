@@ -1,4 +1,5 @@
 // Context teardown frees every allocation of the context, so its records go too.
+#include "preload/caching_mode.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/record.hpp"
@@ -35,9 +36,12 @@ bool primary_still_active(CUdevice dev) {
 // What a context owns (cuda.h, cuCtxDestroy): its linear, managed and pinned host memory.
 // VMM physical memory and stream-ordered pool memory belong to no context and survive it,
 // except that a primary context reset also drops the device's pool allocations.
+// The caching allocator's memory is the context's linear memory: its allocator is taken down
+// before the context goes (it gives its segments back while they exist), its records after.
 constexpr uint32_t kContextKinds =
     Recorder::kind_bit(MemKind::Device) | Recorder::kind_bit(MemKind::Managed) |
-    Recorder::kind_bit(MemKind::HostPinned) | Recorder::kind_bit(MemKind::HostRegistered);
+    Recorder::kind_bit(MemKind::HostPinned) | Recorder::kind_bit(MemKind::HostRegistered) |
+    Recorder::kind_bit(MemKind::Cached);
 constexpr uint32_t kResetKinds = kContextKinds | Recorder::kind_bit(MemKind::Async);
 
 void purge(Session* s, CUcontext ctx, uint32_t kinds) {
@@ -52,6 +56,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   auto real = real_fn<Hook::cuCtxDestroy_v2, decltype(&::cuCtxDestroy_v2)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
+  if (caching_mode::any_allocator()) caching_mode::drop_context(ctx);
   CUresult r = real(ctx);
   if (r == CUDA_SUCCESS) purge(scope.session(), ctx, kContextKinds);
   return r;
@@ -61,7 +66,8 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice 
   auto real = real_fn<Hook::cuDevicePrimaryCtxReset_v2, decltype(&::cuDevicePrimaryCtxReset_v2)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  CUcontext ctx = scope.session() ? primary_context_of(dev) : nullptr;
+  CUcontext ctx = scope.session() || caching_mode::any_allocator() ? primary_context_of(dev) : nullptr;
+  if (ctx && caching_mode::any_allocator()) caching_mode::drop_context(ctx);
   CUresult r = real(dev);
   if (r == CUDA_SUCCESS) purge(scope.session(), ctx, kResetKinds);
   return r;
@@ -71,8 +77,12 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevic
   auto real = real_fn<Hook::cuDevicePrimaryCtxRelease_v2, decltype(&::cuDevicePrimaryCtxRelease_v2)>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
-  CUcontext ctx = scope.session() ? primary_context_of(dev) : nullptr;
+  CUcontext ctx = scope.session() || caching_mode::any_allocator() ? primary_context_of(dev) : nullptr;
   CUresult r = real(dev);
-  if (r == CUDA_SUCCESS && ctx && !primary_still_active(dev)) purge(scope.session(), ctx, kContextKinds);
+  if (r == CUDA_SUCCESS && ctx && !primary_still_active(dev)) {
+    // The last release destroyed the context, and the allocator's memory with it.
+    if (caching_mode::any_allocator()) caching_mode::forget_context(ctx);
+    purge(scope.session(), ctx, kContextKinds);
+  }
   return r;
 }
