@@ -816,14 +816,15 @@ bool Vm::run(std::string_view bytes, Value* result, std::string* error, bool dro
       }
       case 0x94:
         if (stack_.size() <= floor()) return fail("MEMOIZE with an empty stack");
+        // Python stores at len(memo); after PUTs to scattered indices that slot may be taken.
         if (memo_count == memo_.size()) {
           memo_.push_back(stack_.back());
           ++memo_count;
-        } else if (memo_[memo_count].bits != kUnset.bits) {
-          memo_[memo_count] = stack_.back();
         } else {
+          Value old;
+          bool taken = memo_get(memo_count, &old);
           memo_put(memo_count, stack_.back());
-          ++memo_count;
+          if (!taken) ++memo_count;
         }
         break;
       case 'p':

@@ -120,6 +120,8 @@ TEST_CASE("memo and stack misuse") {
   CHECK_THAT(error_of("\x80\x02g12\n."), Catch::Contains("GET (0x67) of memo index 12"));
   // A far LONG_BINPUT costs one entry, and the value can be fetched back.
   CHECK_THAT(error_of("\x80\x04K\x01r" + t::u32le(0xfffffff0) + "0j" + t::u32le(0xfffffff0) + "."), Catch::Contains("the pickle holds a int"));
+  // MEMOIZE after a far PUT: Python's len(memo) is then beyond the dense memo (a fuzzer find).
+  CHECK_THAT(error_of("\x80\x04K\x01r" + t::u32le(0xfffffff0) + "\x94h\x01."), Catch::Contains("the pickle holds a int"));
   CHECK_THAT(error_of("\x80\x04."), Catch::Contains("STOP with an empty stack"));
   CHECK_THAT(error_of("\x80\x04" "e."), Catch::Contains("APPENDS (0x65) without MARK"));
   CHECK_THAT(error_of("\x80\x04(K\x01u."), Catch::Contains("SETITEMS with no dict to fill"));
