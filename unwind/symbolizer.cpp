@@ -145,34 +145,6 @@ int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf
 }
 
 
-// A compilation unit's address-bearing DIE tree, walked once, answering what
-// dwarf_getscopes(cu, pc)[0] followed by dwarf_getscopes_die() would: the innermost DIE
-// containing pc and its physical parents. It mirrors libdw's scope walk: children are
-// visited in DIE order, a DIE without a range containing pc is pruned, and only DIEs that
-// may own scopes (lexical blocks, subprograms, inlined subroutines, namespaces, classes...)
-// are descended; the first child containing pc at each level is taken. DIEs that have no
-// address ranges can never contain pc, so they (and everything below them) are left out.
-// A unit that imports partial units (dwz) is marked unusable; the caller then asks libdw.
-bool may_have_scopes(int tag) {
-  switch (tag) {
-    case DW_TAG_compile_unit:
-    case DW_TAG_module:
-    case DW_TAG_lexical_block:
-    case DW_TAG_with_stmt:
-    case DW_TAG_catch_block:
-    case DW_TAG_try_block:
-    case DW_TAG_entry_point:
-    case DW_TAG_inlined_subroutine:
-    case DW_TAG_subprogram:
-    case DW_TAG_namespace:
-    case DW_TAG_class_type:
-    case DW_TAG_structure_type:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Reads one unit's DIEs straight from the mapped .debug_info, for the walk below: the
 // abbreviations come from libdw (once per code), but attribute values are skipped here by
 // their forms, since walking a large C++ unit with dwarf_siblingof and asking dwarf_ranges
@@ -592,6 +564,34 @@ class UnitReader {
     return slot->get();
   }
 };
+
+// A compilation unit's address-bearing DIE tree, walked once (with UnitReader), answering what
+// dwarf_getscopes(cu, pc)[0] followed by dwarf_getscopes_die() would: the innermost DIE
+// containing pc and its physical parents. It mirrors libdw's scope walk: children are
+// visited in DIE order, a DIE without a range containing pc is pruned, and only DIEs that
+// may own scopes (lexical blocks, subprograms, inlined subroutines, namespaces, classes...)
+// are descended; the first child containing pc at each level is taken. DIEs that have no
+// address ranges can never contain pc, so they (and everything below them) are left out.
+// A unit that imports partial units (dwz) is marked unusable; the caller then asks libdw.
+bool may_have_scopes(int tag) {
+  switch (tag) {
+    case DW_TAG_compile_unit:
+    case DW_TAG_module:
+    case DW_TAG_lexical_block:
+    case DW_TAG_with_stmt:
+    case DW_TAG_catch_block:
+    case DW_TAG_try_block:
+    case DW_TAG_entry_point:
+    case DW_TAG_inlined_subroutine:
+    case DW_TAG_subprogram:
+    case DW_TAG_namespace:
+    case DW_TAG_class_type:
+    case DW_TAG_structure_type:
+      return true;
+    default:
+      return false;
+  }
+}
 
 struct ScopeIndex {
   struct Range {
