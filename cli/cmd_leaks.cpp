@@ -67,8 +67,8 @@ int cmd_leaks(int argc, char** argv) {
       j.end_object();
       continue;
     }
-    std::printf("device %d: %s still allocated at the end in %zu allocations\n", d, human_bytes(bytes).c_str(),
-                h.live_at_end.size());
+    std::printf("device %d: %s still allocated at the end in %s\n", d, human_bytes(bytes).c_str(),
+                count_of(h.live_at_end.size(), "allocation").c_str());
     if (owners.empty()) continue;
     std::printf("  by owner:\n");
     print_groups(stdout, owners, 0, true, false);

@@ -71,11 +71,13 @@ int cmd_merge(int argc, char** argv) {
     return 0;
   }
   std::printf("wrote %s (%s)\n", cl->output.c_str(), human_bytes(w.size()).c_str());
-  std::printf("  from PyTorch:  %zu segments, %zu trace entries\n", st.pytorch_segments, st.pytorch_entries);
-  std::printf("  from memtrace: %zu segments outside PyTorch (%s), %zu trace entries\n", st.memtrace_segments_kept,
-              human_bytes(st.memtrace_bytes_kept).c_str(), st.memtrace_entries_kept);
-  std::printf("  dropped:       %zu memtrace segments and %zu entries inside PyTorch's ranges or markers",
-              st.memtrace_segments_dropped, st.memtrace_entries_dropped);
+  std::printf("  from PyTorch:  %s, %zu trace entries\n", count_of(st.pytorch_segments, "segment").c_str(),
+              st.pytorch_entries);
+  std::printf("  from memtrace: %s outside PyTorch (%s), %zu trace entries\n",
+              count_of(st.memtrace_segments_kept, "segment").c_str(), human_bytes(st.memtrace_bytes_kept).c_str(),
+              st.memtrace_entries_kept);
+  std::printf("  dropped:       %s and %zu trace entries of memtrace's inside PyTorch's ranges (duplicates) or markers",
+              count_of(st.memtrace_segments_dropped, "segment").c_str(), st.memtrace_entries_dropped);
   if (st.pytorch_entries_dropped) std::printf("; %zu PyTorch entries of unknown actions", st.pytorch_entries_dropped);
   std::printf("\n");
   return 0;

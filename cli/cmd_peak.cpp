@@ -65,8 +65,8 @@ int cmd_peak(int argc, char** argv) {
       j.end_object();
       continue;
     }
-    std::printf("device %d: peak %s allocated in %zu allocations, ", d, human_bytes(h.peak_allocated).c_str(),
-                h.live_at_peak.size());
+    std::printf("device %d: peak %s allocated in %s, ", d, human_bytes(h.peak_allocated).c_str(),
+                count_of(h.live_at_peak.size(), "allocation").c_str());
     if (h.peak_index >= 0)
       std::printf("after entry %" PRId64 " of %zu (%s)\n", h.peak_index, h.entries, human_time_us(h.peak_time_us).c_str());
     else

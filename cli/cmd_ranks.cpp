@@ -2,6 +2,7 @@
 // outliers marked (rule in analysis/rank_table.hpp).
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -112,8 +113,8 @@ int cmd_ranks(int argc, char** argv) {
     JsonWriter j;
     j.begin_object();
     j.field("dir", dir);
-    j.key("median_peak_allocated_bytes").number(v.median);
-    j.key("mad_bytes").number(v.mad);
+    j.field_uint("median_peak_allocated_bytes", static_cast<uint64_t>(std::llround(v.median)));
+    j.field_uint("scaled_mad_bytes", static_cast<uint64_t>(std::llround(v.mad)));
     j.key("ranks").begin_array();
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];

@@ -40,11 +40,11 @@ std::string truncation(const reader::Snapshot& s, const DeviceHistory& h) {
     why = std::to_string(s.memtrace.entries_dropped) + " oldest entries dropped";
   if (h.frees_without_alloc) {
     if (!why.empty()) why += "; ";
-    why += std::to_string(h.frees_without_alloc) + " frees without their alloc";
+    why += count_of(h.frees_without_alloc, "free") + " without their alloc";
   }
   if (h.untraced_blocks) {
     if (!why.empty()) why += "; ";
-    why += std::to_string(h.untraced_blocks) + " live blocks allocated before the first entry";
+    why += count_of(h.untraced_blocks, "live block") + " allocated before the first entry";
   }
   return why;
 }
@@ -54,15 +54,15 @@ void print_text(const std::string& path, const reader::Snapshot& s, const std::v
   for (int d : devices) {
     DeviceHistory h = analyze_device(s, d);
     std::printf("device %d\n", d);
-    std::printf("  reserved       %s now, %s at peak, %" PRIu64 " segments\n", human_bytes(h.reserved_now).c_str(),
-                human_bytes(h.peak_reserved).c_str(), h.segment_count);
+    std::printf("  reserved       %s now, %s at peak, %s\n", human_bytes(h.reserved_now).c_str(),
+                human_bytes(h.peak_reserved).c_str(), count_of(h.segment_count, "segment").c_str());
     std::printf("  allocated      %s now (%s in blocks), %s at peak", human_bytes(h.requested_now).c_str(),
                 human_bytes(h.allocated_now).c_str(), human_bytes(h.peak_allocated).c_str());
     if (h.peak_index >= 0)
       std::printf(" (after entry %" PRId64 ", %s)\n", h.peak_index, human_time_us(h.peak_time_us).c_str());
     else
       std::printf(" (before the first entry)\n");
-    std::printf("  live           %" PRIu64 " allocations\n", h.live_count);
+    std::printf("  live           %s\n", count_of(h.live_count, "allocation").c_str());
     std::string why = truncation(s, h);
     if (h.entries)
       std::printf("  history        %zu entries, %s to %s, %s\n", h.entries, human_time_us(h.first_time_us).c_str(),

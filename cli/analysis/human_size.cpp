@@ -29,6 +29,10 @@ std::string human_delta(int64_t bytes) {
   return (bytes < 0 ? "-" : "+") + human_bytes(mag);
 }
 
+std::string count_of(uint64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string human_time_us(int64_t t) {
   if (t == 0) return "-";
   time_t secs = static_cast<time_t>(t / 1000000);

@@ -9,6 +9,8 @@ namespace memtrace::analysis {
 std::string human_bytes(uint64_t bytes);
 // Signed variant for differences: "+1.50 MiB", "-512 B", "0 B".
 std::string human_delta(int64_t bytes);
+// "1 segment", "3 segments".
+std::string count_of(uint64_t n, const char* noun);
 // "2026-11-30 10:54:38.123456 UTC"; "-" when t is 0 (absent).
 std::string human_time_us(int64_t t);
 

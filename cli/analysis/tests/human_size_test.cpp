@@ -22,3 +22,8 @@ TEST_CASE("times are UTC with microseconds; absent is '-'") {
   CHECK(human_time_us(0) == "-");
   CHECK(human_time_us(1767225600000010) == "2026-01-01 00:00:00.000010 UTC");
 }
+
+TEST_CASE("counts with their noun") {
+  CHECK(count_of(0, "segment") == "0 segments");
+  CHECK(count_of(1, "allocation") == "1 allocation");
+}

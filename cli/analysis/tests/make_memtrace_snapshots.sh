@@ -16,4 +16,7 @@ run mt_leak.pickle leak
 run mt_nccl.pickle nccl_allreduce SIMCUDA_DEVICES=2 RANK=1
 # A ring too small for the run: the oldest entries are dropped (a truncated history).
 run mt_loop_truncated.pickle runtime_loop MEMTRACE_MAX_ENTRIES=12
-ls -l "$data"/mt_*.pickle
+# Three ranks of a job, named without their rank: `memtrace ranks` reads it from the metadata.
+mkdir -p "$data/ranks_mt"
+for r in 0 1 2; do run "ranks_mt/node-$(echo abc | cut -c$((r + 1))).pickle" leak RANK=$r; done
+ls -l "$data"/mt_*.pickle "$data"/ranks_mt

@@ -55,6 +55,7 @@ CASES = {
     # ranks
     'ranks': (['ranks', 'ranks'], {}),
     'ranks_json': (['ranks', '--json', 'ranks'], {}),
+    'ranks_memtrace': (['ranks', 'ranks_mt'], {}),
     # merge (the output is checked, then summarized)
     'merge_torch_memtrace': (['merge', 'torch_step.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'], STEP),
     'merge_torch_memtrace_json': (['merge', '--json', 'torch_step.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'],
