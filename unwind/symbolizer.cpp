@@ -1103,7 +1103,8 @@ struct Symbolizer::Impl {
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
-    for (const LoadedObject& o : loaded_objects()) {
+    const std::vector<LoadedObject> objects = loaded_objects();
+    for (const LoadedObject& o : objects) {
       if (o.path == "[vdso]") {
         dwfl_report_module(dwfl, vdso_name, o.start, o.end);
       } else if (o.path[0] == '/') {
@@ -1111,12 +1112,20 @@ struct Symbolizer::Impl {
       }
     }
     dwfl_report_end(dwfl, nullptr, nullptr);
+    // Load bias and build id as the loader's list gives them (from the loaded image), so that
+    // no file is opened before an address in it is symbolized.
+    struct Arg {
+      Impl* self;
+      std::unordered_map<uintptr_t, const LoadedObject*> by_start;
+    } arg{this, {}};
+    for (const LoadedObject& o : objects) arg.by_start.emplace(o.start, &o);
     dwfl_getmodules(
         dwfl,
         [](Dwfl_Module* mod, void** userdata, const char* name, Dwarf_Addr start,
            void* arg) -> int {
           if (*userdata == nullptr) {
-            auto* self = static_cast<Impl*>(arg);
+            auto* a = static_cast<Arg*>(arg);
+            Impl* self = a->self;
             ModuleInfo info;
             info.path = name != nullptr ? name : "";
             if (info.path.starts_with("[vdso")) info.path = "[vdso]";
@@ -1125,7 +1134,11 @@ struct Symbolizer::Impl {
             info.start = low;
             info.end = high;
             GElf_Addr bias = 0;
-            if (dwfl_module_getelf(mod, &bias) != nullptr) {
+            auto known = a->by_start.find(low);
+            if (known != a->by_start.end()) {
+              info.bias = known->second->bias;
+              info.build_id = known->second->build_id;
+            } else if (dwfl_module_getelf(mod, &bias) != nullptr) {
               info.bias = bias;
               const unsigned char* bits = nullptr;
               GElf_Addr vaddr = 0;
@@ -1143,7 +1156,7 @@ struct Symbolizer::Impl {
           }
           return DWARF_CB_OK;
         },
-        this, 0);
+        &arg, 0);
   }
 
   // The module holding addr; re-reads the loader's list once if it changed since.

@@ -24,7 +24,7 @@ struct ModuleInfo {
   uintptr_t start = 0;   // lowest mapped address (the load base for ordinary objects)
   uintptr_t end = 0;     // one past the highest
   uintptr_t bias = 0;    // load bias: runtime address - ELF virtual address
-  std::string build_id;  // lower-case hex; "" when the object has none or is unreadable
+  std::string build_id;  // lower-case hex, from the loaded image's note; "" when it has none
 };
 
 class Symbolizer {
