@@ -1186,7 +1186,9 @@ REQUIRED_EXPORTS = ["dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAl
                     "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
                     "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemCreate", "cuMemMap", "cuMemUnmap",
                     "cuMemRelease", "cuMemAllocHost_v2", "cuMemHostAlloc", "cuMemFreeHost",
-                    "cuMemHostRegister_v2", "cuMemHostUnregister", "cuCtxDestroy_v2", "ncclMemAlloc", "ncclMemFree"]
+                    "cuMemHostRegister_v2", "cuMemHostUnregister", "cuCtxDestroy_v2", "ncclMemAlloc", "ncclMemFree",
+                    "cuMemGetAddressRange_v2", "cuPointerGetAttribute", "cuPointerGetAttributes", "cuIpcGetMemHandle",
+                    "memtrace_malloc", "memtrace_free"]
 FORBIDDEN_EXPORTS = ["cuMemAlloc", "cuMemFree", "cuMemAllocPitch", "cuMemAllocHost", "cuMemGetInfo", "cuInit",
                      "cuDeviceTotalMem", "cuCtxCreate", "cuMemHostRegister"]
 
@@ -1465,6 +1467,234 @@ def case_example_pytorch(ctx):
         have_torch = False
     if not have_torch:
         check(r.stdout.strip() == "torch not installed", f"without torch: {r.stdout!r}")
+
+
+# the caching allocator (MEMTRACE_ALLOCATOR=caching) ------------------------------------------
+
+CACHING = {"MEMTRACE_ALLOCATOR": "caching"}
+
+
+def tiled_blocks(snap):
+    """Checks that blocks tile their segments exactly; returns {block address: (block, segment)}."""
+    out = {}
+    for s in snap.segments:
+        at = s["address"]
+        for b in s.get("blocks", []):
+            check(b.get("state") in ("active_allocated", "active_pending_free", "inactive"),
+                  f"segment {hex(s['address'])}: block state {b.get('state')!r}")
+            check(b.get("address", at) == at, f"segment {hex(s['address'])}: block at {hex(b.get('address'))}, "
+                                              f"expected {hex(at)} (blocks must be contiguous)")
+            check(b["size"] > 0, f"segment {hex(s['address'])}: empty block at {hex(at)}")
+            out[at] = (b, s)
+            at += b["size"]
+        check(at == s["address"] + s["total_size"],
+              f"segment {hex(s['address'])}: blocks cover {at - s['address']} of {s['total_size']} bytes")
+    return out
+
+
+def check_caching_snapshot(snap, out, mode="caching", expandable=False):
+    """Segments are the allocator's, tiled by its blocks; what the program still holds is exactly
+    the set of active_allocated blocks (address, bytes asked); the trace has one alloc per
+    allocation the program made, with the bytes it asked for."""
+    check_entry_fields(snap)
+    blocks = tiled_blocks(snap)
+    held = out.live("dev")
+    active = {a for a, (b, _) in blocks.items() if b["state"] == "active_allocated"}
+    check(active == set(held), f"active_allocated blocks {sorted(hex(a) for a in active)}, "
+                               f"the program holds {sorted(hex(a) for a in held)}")
+    for addr, (req, _) in held.items():
+        b, s = blocks[addr]
+        check(b["requested_size"] == req, f"block {hex(addr)}: requested_size {b['requested_size']}, asked {req}")
+        check(b["size"] >= req and b["size"] % 512 == 0, f"block {hex(addr)}: size {b['size']} for {req} bytes")
+        check(b["frames"], f"block {hex(addr)} has no frames")
+    allocs = snap.actions("alloc")
+    check(sorted(e["size"] for e in allocs) == sorted(e[3] for e in out.allocs("dev")),
+          f"alloc entries {sorted(e['size'] for e in allocs)}, the program asked "
+          f"{sorted(e[3] for e in out.allocs('dev'))}")
+    for s in snap.segments:
+        check(s["is_expandable"] == expandable, f"segment {hex(s['address'])}: is_expandable {s['is_expandable']}")
+        check(s["segment_type"] == ("small" if s["total_size"] == 2 << 20 and not expandable else s["segment_type"]),
+              f"a 2 MiB segment is a small-pool one: {s['segment_type']}")
+    seg_actions = {e["action"] for e in snap.entries() for e in [e[1]] if e["action"].startswith("segment")}
+    want = {"segment_map"} if expandable else {"segment_alloc"}
+    check((want <= seg_actions or not snap.segments) and not ({"segment_alloc", "segment_free"} & seg_actions if expandable else
+                                       {"segment_map", "segment_unmap"} & seg_actions),
+          f"segment actions {seg_actions} for expandable={expandable}")
+    settings = snap.data.get("allocator_settings", {})
+    check(settings.get("memtrace", {}).get("allocator") == mode,
+          f"allocator_settings['memtrace']['allocator'] = {settings.get('memtrace', {}).get('allocator')!r}, "
+          f"expected {mode!r}")
+    check(settings.get("expandable_segments") == expandable, f"allocator_settings: {settings}")
+
+
+def caching_run(ctx, scenario, env=None, checker=True, mode="caching", expandable=False):
+    e = dict(CACHING)
+    e.update(env or {})
+    r = ctx.run([ctx.program("caching_ops"), scenario], env=e)
+    expect_ok(r, f"caching_ops {scenario} ({e})")
+    snap = r.snapshot()
+    try:
+        check_caching_snapshot(snap, r.out, mode=mode, expandable=expandable)
+    except Failure as f:
+        fail(f"{f}\n{r.describe()}")
+    if checker:
+        ctx.check_snapshot_tool(snap.path)
+    return r, snap
+
+
+@case
+def case_caching_example(ctx):
+    """runtime_loop (cudaMalloc/cudaFree through the real runtime's path) served by the cache."""
+    r, snap = run_example(ctx, "runtime_loop", env=CACHING)
+    blocks = tiled_blocks(snap)
+    check(snap.segments, "caching mode keeps its segments cached at exit; none in the snapshot")
+    check(all(b["state"] != "active_allocated" for b, _ in blocks.values()),
+          "runtime_loop frees everything, yet a block is active_allocated")
+    allocs = snap.actions("alloc")
+    check(len(allocs) == 13, f"{len(allocs)} alloc entries, expected 12 + 1 async")
+    segs = snap.actions("segment_alloc")
+    check(len(segs) < 12, f"{len(segs)} segment_alloc entries for 12 cudaMalloc calls: nothing was reused")
+    check(snap.data["allocator_settings"]["memtrace"]["allocator"] == "caching", "allocator_settings")
+    check("caching allocator:" in r.summary(), f"the summary does not show the cache:\n{r.summary()}")
+    print(f"  {len(allocs)} allocations, {len(segs)} segment_alloc, {len(snap.segments)} segments cached at exit")
+
+
+@case
+def case_caching_mix(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("caching_ops")
+    plain = ctx.run([prog, "mix"], env={"MEMTRACE_STACKS": "none"})
+    expect_ok(plain, "caching_ops mix, passthrough")
+    r, snap = caching_run(ctx, "mix", env={"MEMTRACE_ALLOC_CONF": "max_split_size_mb:40"})
+    check(plain.out.rcs == r.out.rcs, f"return codes differ\n  passthrough: {plain.out.rcs}\n  caching: {r.out.rcs}")
+    check(plain.out.values.get("PITCH") == r.out.values.get("PITCH"),
+          f"pitch differs: {plain.out.values.get('PITCH')} / {r.out.values.get('PITCH')}")
+    check(dict(r.out.rcs).get("free_inside") == 1, "a free inside a block must be refused (CUDA_ERROR_INVALID_VALUE)")
+    check(any(s["total_size"] == 2 << 20 and s["segment_type"] == "small" for s in snap.segments),
+          "no 2 MiB small-pool segment")
+    check(snap.data["allocator_settings"]["max_split_size"] == 40 << 20,
+          f"max_split_size {snap.data['allocator_settings']['max_split_size']}, MEMTRACE_ALLOC_CONF said 40 MiB")
+    check(snap.data["allocator_settings"]["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:40", "conf string")
+    check(r.warnings() == [], f"warnings: {r.warnings()}")
+
+
+@case
+def case_caching_expandable(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = caching_run(ctx, "mix", env={"MEMTRACE_ALLOC_CONF": "expandable_segments:True"}, expandable=True)
+    maps = snap.actions("segment_map")
+    check(maps and all(e["size"] % (2 << 20) == 0 for e in maps), f"segment_map entries: {describe_entries(maps)}")
+    print(f"  {len(snap.segments)} mapped ranges, {len(maps)} segment_map entries")
+
+
+@case
+def case_caching_free_safety(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = caching_run(ctx, "safety")
+    check(r.out.values.get("SAME") == [["reuse", "1"]], f"B was not handed out at A's address: {r.out.values}")
+    check(r.out.values.get("INTACT") == [["b", "1"]],
+          f"the memset queued before cuMemFree(A) landed in B's data\n{r.describe()}")
+    # Without the synchronize before reuse the same program does see it: the check can fail.
+    unsafe = ctx.run([ctx.program("caching_ops"), "safety"],
+                     env=dict(CACHING, MEMTRACE_ALLOC_CONF="memtrace_deferred_free:False"))
+    expect_ok(unsafe)
+    check(unsafe.out.values.get("INTACT") == [["b", "0"]],
+          f"with memtrace_deferred_free:False the queued memset should corrupt B: {unsafe.out.values}")
+
+
+@case
+def case_caching_oom(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("caching_ops")
+    for env in ({"SIMCUDA_MEMORY": "64M"}, {"SIMCUDA_FAIL": "cuMemAlloc_v2"}, {"SIMCUDA_FAIL": "cuMemAlloc_v2=999"}):
+        plain = ctx.run([prog, "oom"], env=dict(env, MEMTRACE_STACKS="none"))
+        cached = ctx.run([prog, "oom"], env=dict(env, **CACHING))
+        expect_ok(plain, f"oom {env} passthrough")
+        expect_ok(cached, f"oom {env} caching")
+        check(plain.out.rcs == cached.out.rcs,
+              f"{env}: return codes differ\n  passthrough: {plain.out.rcs}\n  caching:     {cached.out.rcs}")
+        snap = cached.snapshot()
+        check_caching_snapshot(snap, cached.out)
+        ctx.check_snapshot_tool(snap.path)
+        ooms = snap.actions("oom")
+        if env.get("SIMCUDA_MEMORY"):
+            check(dict(cached.out.rcs).get("alloc_40m") == 0, "cached segments were not given back before retrying")
+            check(len(ooms) == 1 and ooms[0]["size"] == 100 << 20 and 0 <= ooms[0]["device_free"] <= 64 << 20,
+                  f"oom entries: {ooms}")
+        print(f"  {env}: {[c for _, c in cached.out.rcs if c]} (same as passthrough), {len(ooms)} oom entries")
+
+
+@case
+def case_caching_range(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = caching_run(ctx, "range")
+    a = r.out.allocs("dev")[0][2]
+    b = r.out.allocs("dev")[1][2]
+    ranges = {v[0]: (int(v[1], 16), int(v[2])) for v in r.out.values.get("RANGE", [])}
+    want = {"range_a": (a, 1024), "range_b": (b, 3072), "attr_b": (b, 3072), "attrs_a": (a, 1024)}
+    check(ranges == want, f"ranges {ranges}, expected the blocks {want}")
+    check(b == a + 1024, f"a and b should share one segment: {hex(a)}, {hex(b)}")
+    check(r.out.values.get("ORDINAL") == [["attrs_a", "0"]], "other attributes still come from the driver")
+    check(dict(r.out.rcs).get("range_freed") == 500, "a freed block is not an allocation (CUDA_ERROR_NOT_FOUND)")
+
+
+@case
+def case_caching_ipc(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = caching_run(ctx, "ipc")
+    wrapped_by_memtrace(r, "cuIpcGetMemHandle")
+    rcs = dict(r.out.rcs)
+    check(rcs.get("ipc_a") == 801 and rcs.get("ipc_a_again") == 801,
+          f"cuIpcGetMemHandle of a cached block: {rcs}, expected CUDA_ERROR_NOT_SUPPORTED (801)")
+    warns = r.warnings()
+    check(len(warns) == 1 and "MEMTRACE_ALLOCATOR" in warns[0], f"expected one warning naming MEMTRACE_ALLOCATOR: {warns}")
+
+
+@case
+def case_caching_pluggable(ctx):
+    """memtrace_malloc/memtrace_free (PyTorch's CUDAPluggableAllocator) use the caching allocator
+    even when MEMTRACE_ALLOCATOR is not set."""
+    ctx.need_preload()
+    ctx.need_sim()
+    r, snap = caching_run(ctx, "pluggable", env={"MEMTRACE_ALLOCATOR": None}, mode="passthrough+memtrace_malloc")
+    wrapped_by_memtrace(r, "memtrace_malloc")
+    check(r.out.values.get("INTACT") == [["p", "1"]], "data written through a memtrace_malloc pointer")
+    p = r.out.allocs("dev")[0][2]
+    check(r.out.values.get("RANGE") == [["range_p", hex(p), "1024"]], f"range of p: {r.out.values.get('RANGE')}")
+    q = r.out.allocs("dev")[1][2]
+    seg = next(s for s in snap.segments if s["address"] <= q < s["address"] + s["total_size"])
+    check(seg["stream"] != 0, "the block's segment should carry PyTorch's stream")
+
+
+@case
+def case_caching_bad_value(ctx):
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    r = ctx.run([prog], env={"MEMTRACE_STACKS": "none", "MEMTRACE_ALLOCATOR": "cachy"})
+    expect_ok(r)
+    warns = r.warnings()
+    check(len(warns) == 1 and "MEMTRACE_ALLOCATOR" in warns[0] and "passthrough" in warns[0],
+          f"MEMTRACE_ALLOCATOR=cachy: expected one warning naming the variable and the default: {warns}")
+    snap = r.snapshot()
+    check_against_program(snap, r.out, exact=True, stacks=False)  # passthrough: one segment per allocation
+    ctx.check_snapshot_tool(snap.path)
+    r = ctx.run([prog], env={"MEMTRACE_STACKS": "none", "MEMTRACE_ALLOCATOR": "caching",
+                             "MEMTRACE_ALLOC_CONF": "max_split_size_mb:64,no_such_key:3"})
+    expect_ok(r)
+    warns = r.warnings()
+    check(len(warns) == 1 and "MEMTRACE_ALLOC_CONF" in warns[0] and "no_such_key" in warns[0],
+          f"expected one warning about the unknown key: {warns}")
+    snap = r.snapshot()
+    check(snap.data["allocator_settings"]["max_split_size"] == 64 << 20, "the good part of the conf was lost")
+    ctx.check_snapshot_tool(snap.path)
+    print(f"  {warns[0]}")
 
 
 # --------------------------------------------------------------------------------------------
