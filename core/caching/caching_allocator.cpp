@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 
@@ -22,6 +23,7 @@ constexpr size_t kSmallSize = 1 * kMiB;
 constexpr size_t kSmallBuffer = 2 * kMiB;
 constexpr size_t kMinLargeAlloc = 10 * kMiB;
 constexpr size_t kRoundLarge = 2 * kMiB;
+constexpr size_t kMaxRequest = size_t{1} << 60;
 
 size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
@@ -128,6 +130,9 @@ struct CachingAllocator::Impl {
   std::map<uintptr_t, Segment*> segments;
   mutable AddrMap<Block*> live;
   std::vector<Block*> pending;
+  std::vector<Block*> in_flight;  // the batch a flush is synchronizing for, lock released
+  bool flushing = false;
+  std::condition_variable flush_done;
   std::vector<FreeSet::node_type> spare_nodes;  // set nodes kept for reuse: no heap traffic on hits
   std::vector<Block*> block_cache;
 
@@ -217,17 +222,38 @@ struct CachingAllocator::Impl {
     free_insert(p, b);
   }
 
-  void flush_pending() {
+  // Settles the pending batch with one synchronize, run WITHOUT the lock: a busy device can take
+  // long to drain, and other threads' cache hits and frees must not wait for it. The batch is
+  // moved aside first (its blocks stay Pending, so nothing touches them); frees made meanwhile
+  // start the next batch. A thread that finds a flush under way waits for it instead of
+  // synchronizing again.
+  void flush_pending(std::unique_lock<std::mutex>& lk) {
+    if (flushing) {
+      flush_done.wait(lk, [&] { return !flushing; });
+      return;
+    }
     if (pending.empty()) return;
-    backend.synchronize();
+    flushing = true;
+    in_flight.swap(pending);
     ++st.backend_syncs;
-    complete_pending();
+    lk.unlock();
+    backend.synchronize();
+    lk.lock();
+    for (Block* b : in_flight) {
+      st.pending_free -= b->size;
+      complete_free(b);
+    }
+    in_flight.clear();
+    flushing = false;
+    flush_done.notify_all();
   }
-  // After a synchronize that started after every pending free.
+  // After a synchronize (under the lock) that started after every pending free.
   void complete_pending() {
-    for (Block* b : pending) complete_free(b);
+    for (Block* b : pending) {
+      st.pending_free -= b->size;
+      complete_free(b);
+    }
     pending.clear();
-    st.pending_free = 0;
   }
 
   void note_peaks() {
@@ -667,27 +693,28 @@ struct CachingAllocator::Impl {
     return b->addr;
   }
 
-  MallocResult malloc(size_t size, uintptr_t stream) {
+  MallocResult malloc(size_t size, uintptr_t stream, std::unique_lock<std::mutex>& lk) {
     Request r;
     r.size = size;
+    r.stream = stream;
+    if (size > kMaxRequest) {  // rounding would overflow; no device has this much
+      r.rounded = size;
+      return oom(r, backend.out_of_memory_error());
+    }
     r.rounded = round_size(conf, size);
     r.alloc_size = segment_size(r.rounded);
-    r.stream = stream;
     r.pool = &pool_of(r.rounded <= kSmallSize ? PoolKind::Small : PoolKind::Large);
 
     Block* b = get_free_block(r);
+    // A miss: the pending batch may hold what is needed; one synchronize settles all of it.
+    // (A few rounds at most: another thread's flush may be under way, and frees go on meanwhile.)
+    for (int round = 0; !b && round < 3 && (flushing || !pending.empty()); ++round) {
+      flush_pending(lk);
+      b = get_free_block(r);
+    }
     if (b) {
       ++st.num_cache_hits;
       return {hand_out(b, r), 0};
-    }
-    // A miss: the pending batch may hold what is needed; one synchronize settles all of it.
-    if (!pending.empty()) {
-      flush_pending();
-      b = get_free_block(r);
-      if (b) {
-        ++st.num_cache_hits;
-        return {hand_out(b, r), 0};
-      }
     }
     if (gc_enabled()) garbage_collect();
     int err = 0;
@@ -699,27 +726,28 @@ struct CachingAllocator::Impl {
         b = alloc_block(r, true, &err);
       }
     }
-    if (!b) {
-      if (backend.is_out_of_memory(err)) {
-        ++st.num_ooms;
-        size_t free_b = 0, total_b = 0;
-        backend.mem_get_info(&free_b, &total_b);
-        if (listener) {
-          AllocatorEvent e;
-          e.action = Action::Oom;
-          e.size = r.rounded;
-          e.stream = stream;
-          e.device_free = free_b;
-          e.error = err;
-          listener->on_event(e);
-        }
-      }
-      return {0, err};
-    }
+    if (!b) return backend.is_out_of_memory(err) ? oom(r, err) : MallocResult{0, err};
     return {hand_out(b, r), 0};
   }
 
-  bool free(uintptr_t ptr) {
+  // §5.5 step 7: the caller gets the backend's code; the trace gets an oom entry.
+  MallocResult oom(const Request& r, int err) {
+    ++st.num_ooms;
+    size_t free_b = 0, total_b = 0;
+    backend.mem_get_info(&free_b, &total_b);
+    if (listener) {
+      AllocatorEvent e;
+      e.action = Action::Oom;
+      e.size = r.rounded;
+      e.stream = r.stream;
+      e.device_free = free_b;
+      e.error = err;
+      listener->on_event(e);
+    }
+    return {0, err};
+  }
+
+  bool free(uintptr_t ptr, std::unique_lock<std::mutex>& lk) {
     Block* b = nullptr;
     if (!live.take(ptr, &b)) return false;
     st.allocated -= b->size;
@@ -733,7 +761,7 @@ struct CachingAllocator::Impl {
     b->state = State::Pending;
     pending.push_back(b);
     st.pending_free += b->size;
-    if (conf.free_batch_bytes && st.pending_free >= conf.free_batch_bytes) flush_pending();
+    if (conf.free_batch_bytes && !flushing && st.pending_free >= conf.free_batch_bytes) flush_pending(lk);
     return true;
   }
 
@@ -882,7 +910,9 @@ std::string CachingAllocator::Impl::check() const {
         case State::Pending:
           ++n_pending;
           pending_bytes += b->size;
-          if (std::find(pending.begin(), pending.end(), b) == pending.end()) bad("pending block " + hex(b->addr) + " not in the pending batch");
+          if (std::find(pending.begin(), pending.end(), b) == pending.end() &&
+              std::find(in_flight.begin(), in_flight.end(), b) == in_flight.end())
+            bad("pending block " + hex(b->addr) + " in no batch");
           break;
       }
       at += b->size;
@@ -897,7 +927,7 @@ std::string CachingAllocator::Impl::check() const {
       if (b->state != State::Free || !b->mapped || (b->seg->kind == PoolKind::Small) != (i == 0)) bad("free set of pool " + std::to_string(i) + " holds a wrong block at " + hex(b->addr));
   }
   if (live.size() != n_alloc) bad("live map holds " + std::to_string(live.size()) + " blocks, segments have " + std::to_string(n_alloc) + " allocated");
-  if (pending.size() != n_pending) bad("pending batch holds " + std::to_string(pending.size()) + ", segments have " + std::to_string(n_pending));
+  if (pending.size() + in_flight.size() != n_pending) bad("pending batch holds " + std::to_string(pending.size()) + ", segments have " + std::to_string(n_pending));
   if (st.reserved != reserved) bad("stats.reserved " + std::to_string(st.reserved) + " != " + std::to_string(reserved));
   if (st.allocated != allocated) bad("stats.allocated " + std::to_string(st.allocated) + " != " + std::to_string(allocated));
   if (st.requested != requested) bad("stats.requested " + std::to_string(st.requested) + " != " + std::to_string(requested));
@@ -914,16 +944,17 @@ CachingAllocator::CachingAllocator(Backend& backend, AllocConf conf, Listener* l
 CachingAllocator::~CachingAllocator() = default;
 
 MallocResult CachingAllocator::malloc(size_t size, uintptr_t stream) {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  return impl_->malloc(size, stream);
+  std::unique_lock<std::mutex> lk(impl_->mu);
+  return impl_->malloc(size, stream, lk);
 }
 bool CachingAllocator::free(uintptr_t ptr) {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  return impl_->free(ptr);
+  std::unique_lock<std::mutex> lk(impl_->mu);
+  return impl_->free(ptr, lk);
 }
 void CachingAllocator::flush_pending_frees() {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  impl_->flush_pending();
+  std::unique_lock<std::mutex> lk(impl_->mu);
+  impl_->flush_pending(lk);  // waits for a flush under way, if any
+  impl_->flush_pending(lk);  // then settles what is pending now
 }
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> g(impl_->mu);

@@ -1,6 +1,7 @@
 // memtrace's caching allocator: PyTorch's policy (snapshot-format.md §5) over any Backend, plus
 // the promise a real free keeps (memory is never handed out again while work submitted before its
-// free may still touch it) and memtrace's own policies. Thread-safe: one lock per allocator.
+// free may still touch it) and memtrace's own policies. Thread-safe: one lock per allocator, held
+// in every call except while a deferred-free batch is being synchronized (see below).
 //
 // Free safety. A cache does not synchronize on free the way cuMemFree does. With
 // conf.deferred_free (the default) a freed block goes to a pending batch and is reusable only after
@@ -9,7 +10,11 @@
 // pending bytes pass conf.free_batch_bytes, on the out-of-memory path and in empty_cache(). A loop
 // that allocates and frees the same sizes thus pays one synchronize per batch - each time the
 // cached free space runs out - instead of one per free; the price is that the pending bytes are
-// idle until the next flush (they never cause new segments: a miss flushes first).
+// idle until the next flush (they never cause new segments: a miss flushes first). That
+// synchronize runs with the lock released, so other threads' cache hits and frees go on while
+// the device drains; a thread that misses meanwhile waits for that flush rather than starting
+// another. The out-of-memory path and empty_cache() synchronize under the lock (rare, and they
+// need a settled state); every other backend call is made under the lock.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -103,7 +108,8 @@ class CachingAllocator {
 
   // The live (allocated) block containing `ptr`, anywhere inside it.
   std::optional<BlockInfo> block_of(uintptr_t ptr) const;
-  // Whether `ptr` lies inside any segment of this allocator (live block or not).
+  // Whether `ptr` lies inside memory this allocator holds from the backend: a segment, or an
+  // expandable reservation (mapped or not), whether or not a live block covers it.
   bool owns(uintptr_t ptr) const;
 
   std::vector<SegmentView> segments() const;  // in address order

@@ -2,7 +2,10 @@
 // its free may still touch it. One synchronize settles a whole batch of frees.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <random>
+#include <thread>
 
 #include "core/caching/tests/fake_backend.hpp"
 
@@ -132,4 +135,70 @@ TEST_CASE("a flush goes before new memory, and empty_cache settles pending frees
   CHECK(rec.count(Action::FreeCompleted) == 2);
   CHECK(rec.count(Action::SegmentFree) == 1);
   CHECK(a.stats().reserved == 0);
+}
+
+namespace {
+// A device that is busy: synchronize() returns only when the test says so.
+class SlowSyncBackend : public FakeBackend {
+ public:
+  bool block = false;  // set once the test's setup is done
+  int synchronize() override {
+    if (block) {
+      std::unique_lock<std::mutex> lk(m_);
+      entered_ = true;
+      cv_.notify_all();
+      cv_.wait(lk, [&] { return released_; });
+    }
+    return FakeBackend::synchronize();
+  }
+  bool wait_entered() {
+    std::unique_lock<std::mutex> lk(m_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return entered_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> g(m_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool entered_ = false, released_ = false;
+};
+}  // namespace
+
+TEST_CASE("other threads' cache hits and frees go on while a batch is synchronized", "[free_safety][threads]") {
+  SlowSyncBackend be;
+  CachingAllocator a(be, AllocConf{});
+  // Stream 0 has a cached segment to hit. (A miss would wait for the flush under way: a miss
+  // settles pending frees before taking new memory.)
+  a.free(a.malloc(4096, 0).ptr);
+  a.flush_pending_frees();
+  // Stream 1's 2 MiB segment is filled and freed: its next malloc misses and must flush.
+  std::vector<uintptr_t> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(a.malloc(512 * 1024, 1).ptr);
+  for (uintptr_t p : ps) a.free(p);
+  be.block = true;
+  const uint64_t syncs_before = be.syncs;
+  std::thread flusher([&] { CHECK(a.malloc(512 * 1024, 1).error == 0); });
+  REQUIRE(be.wait_entered());
+  // The flusher is inside synchronize(). Stream 0 is served from its cache meanwhile.
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    for (int i = 0; i < 100; ++i) {
+      MallocResult r = a.malloc(4096, 0);
+      CHECK(r.error == 0);
+      a.free(r.ptr);
+    }
+    done = true;
+  });
+  for (int i = 0; i < 1000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(done.load());  // would stay false if the lock were held across synchronize()
+  CHECK(be.syncs == syncs_before);
+  be.release();
+  flusher.join();
+  other.join();
+  CHECK(a.check_invariants() == "");
+  CHECK(a.stats().backend_syncs >= 1);
 }

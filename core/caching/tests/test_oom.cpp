@@ -114,3 +114,15 @@ TEST_CASE("OOM with expandable segments: free pages are unmapped and the map ret
   CHECK(be.bad_calls == 0);
   CHECK(a.check_invariants() == "");
 }
+
+TEST_CASE("an impossible size is out of memory without a backend call", "[oom]") {
+  FakeBackend be;
+  Recorder rec;
+  CachingAllocator a(be, AllocConf{}, &rec);
+  MallocResult r = a.malloc(SIZE_MAX - 10);
+  CHECK(r.ptr == 0);
+  CHECK(r.error == kErrorOutOfMemory);
+  CHECK(be.allocs == 0);
+  CHECK(rec.count(Action::Oom) == 1);
+  CHECK(a.check_invariants() == "");
+}
