@@ -301,3 +301,28 @@ TEST_CASE("stats add up and peaks hold", "[policy][stats]") {
   CHECK(s.num_mallocs == 2);
   CHECK(s.num_frees == 2);
 }
+
+TEST_CASE("roundup_power2_divisions shapes the blocks handed out", "[policy][rounding]") {
+  FakeBackend be;
+  CachingAllocator a(be, conf_of("roundup_power2_divisions:4,memtrace_deferred_free:False"));
+  uintptr_t p = must(a.malloc(5000000));
+  CHECK(a.block_of(p)->size == 5242880);
+  CHECK(a.block_of(p)->requested_size == 5000000);
+  uintptr_t q = must(a.malloc(600 * 1024));  // below 2 MiB, interval 0: steps of 512 KiB / 4
+  CHECK(a.block_of(q)->size == 640 * 1024);
+}
+
+TEST_CASE("every malloc and free is reported once, in PyTorch's terms", "[policy][events]") {
+  FakeBackend be;
+  Recorder rec;
+  CachingAllocator a(be, AllocConf{}, &rec);
+  std::vector<uintptr_t> ps;
+  for (int i = 0; i < 50; ++i) ps.push_back(must(a.malloc(1000 + static_cast<size_t>(i) * 40000)));
+  for (uintptr_t p : ps) a.free(p);
+  a.empty_cache();
+  CHECK(rec.count(Action::Alloc) == 50);
+  CHECK(rec.count(Action::FreeRequested) == 50);
+  CHECK(rec.count(Action::FreeCompleted) == 50);
+  CHECK(rec.count(Action::SegmentAlloc) == rec.count(Action::SegmentFree));
+  for (auto& e : rec.of(Action::FreeCompleted)) CHECK(e.size >= 1000);  // requested bytes, not 0
+}
