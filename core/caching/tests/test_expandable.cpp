@@ -156,3 +156,21 @@ TEST_CASE("remap policy: free pages of holes are unmapped before new ones are ma
   must(b.malloc(30 * MiB));
   CHECK(b.stats().peak_reserved > s.peak_reserved);
 }
+
+TEST_CASE("destruction gives everything back, whatever its state", "[expandable][lifetime]") {
+  for (const char* c : {"", "expandable_segments:True", "memtrace_policy:remap"}) {
+    INFO(c);
+    FakeBackend be(1024 * MiB);
+    {
+      CachingAllocator a(be, conf_of(c));
+      uintptr_t p = must(a.malloc(5 * MiB));
+      must(a.malloc(1000));
+      must(a.malloc(50 * MiB, 3));
+      a.free(p);  // pending
+      CHECK(be.used() > 0);
+    }
+    CHECK(be.used() == 0);
+    CHECK(be.live_allocations() == 0);
+    CHECK(be.bad_calls == 0);
+  }
+}
