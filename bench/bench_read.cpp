@@ -52,18 +52,27 @@ long vm_hwm_kib() {
   return -1;
 }
 
-// Child mode: load once, print "seconds peak_kib entries stacks frames" (or the error).
+double cpu_seconds() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// Child mode: load once, print "seconds cpu_seconds peak_kib entries stacks frames" (or the error).
 int load_once(const char* path) {
   auto t0 = Clock::now();
+  double c0 = cpu_seconds();
   reader::LoadResult r = reader::load_snapshot(path);
   double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  double cpu = cpu_seconds() - c0;
   if (r.error) {
     std::printf("ERROR %s\n", r.error->message.c_str());
     return 1;
   }
   size_t entries = 0;
   for (const auto& d : r.snapshot->device_traces) entries += d.size();
-  std::printf("%.4f %ld %zu %zu %zu\n", s, vm_hwm_kib(), entries, r.snapshot->stacks.size(), r.snapshot->frames.size());
+  std::printf("%.4f %.4f %ld %zu %zu %zu\n", s, cpu, vm_hwm_kib(), entries, r.snapshot->stacks.size(), r.snapshot->frames.size());
   return 0;
 }
 
@@ -94,34 +103,39 @@ size_t file_size(const std::string& path) {
 void measure(const char* label, const std::string& path) {
   size_t size = file_size(path);
   std::printf("%s: %s, %zu bytes (%.1f MiB)\n", label, path.c_str(), size, mib(static_cast<double>(size)));
-  std::vector<double> secs;
+  std::vector<double> secs, cpus;
   long peak = 0;
   for (int i = 0; i < 3; ++i) {
     std::string out = run_capture("'" + self_exe() + "' --load '" + path + "'");
-    double s = 0;
+    double s = 0, cpu = 0;
     long kib = 0;
     size_t entries = 0, stacks = 0, frames = 0;
-    if (std::sscanf(out.c_str(), "%lf %ld %zu %zu %zu", &s, &kib, &entries, &stacks, &frames) != 5) {
+    if (std::sscanf(out.c_str(), "%lf %lf %ld %zu %zu %zu", &s, &cpu, &kib, &entries, &stacks, &frames) != 6) {
       std::printf("  load failed: %s", out.c_str());
       return;
     }
     secs.push_back(s);
+    cpus.push_back(cpu);
     peak = std::max(peak, kib);
     if (i == 0) std::printf("  decoded: %zu entries, %zu stacks, %zu frames\n", entries, stacks, frames);
   }
   std::sort(secs.begin(), secs.end());
-  std::printf("  load_snapshot: median %.3f s, min %.3f s (3 runs)\n", secs[1], secs[0]);
+  std::sort(cpus.begin(), cpus.end());
+  // CPU time (user + system) is the steadier figure on a shared machine.
+  std::printf("  load_snapshot: wall median %.3f s, min %.3f s; CPU median %.3f s, min %.3f s (3 runs)\n", secs[1],
+              secs[0], cpus[1], cpus[0]);
   std::printf("  peak RSS of the loading process: %.1f MiB = %.2fx the file size\n", mib(peak * 1024.0),
               peak * 1024.0 / static_cast<double>(size));
   std::string py = run_capture(
-      "python3 -c \"import pickle,resource,sys,time,os\nt=time.time()\nwith open(sys.argv[1],'rb') as f: "
-      "o=pickle.load(f)\nprint('%.3f %d' % (time.time()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
+      "python3 -c \"import pickle,resource,sys,time,os\nt=time.time()\nc=time.process_time()\n"
+      "with open(sys.argv[1],'rb') as f: o=pickle.load(f)\n"
+      "print('%.3f %.3f %d' % (time.time()-t, time.process_time()-c, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
       "\nsys.stdout.flush()\nos._exit(0)\" '" + path + "'");
-  double pys = 0;
+  double pys = 0, pycpu = 0;
   long pykib = 0;
-  if (std::sscanf(py.c_str(), "%lf %ld", &pys, &pykib) == 2)
-    std::printf("  python3 pickle.load: %.3f s, peak RSS %.1f MiB = %.2fx the file size\n", pys, mib(pykib * 1024.0),
-                pykib * 1024.0 / static_cast<double>(size));
+  if (std::sscanf(py.c_str(), "%lf %lf %ld", &pys, &pycpu, &pykib) == 3)
+    std::printf("  python3 pickle.load: wall %.3f s, CPU %.3f s, peak RSS %.1f MiB = %.2fx the file size\n", pys, pycpu,
+                mib(pykib * 1024.0), pykib * 1024.0 / static_cast<double>(size));
   else
     std::printf("  python3 pickle.load failed: %s\n", py.c_str());
 }

@@ -4,7 +4,7 @@
 //
 // Memory: strings (file names, function names, categories) are interned once per snapshot, and a
 // stack is a list of frame ids stored once, so a file with 1M trace entries and 10k distinct stacks
-// costs about 40 bytes per entry here.
+// costs about 64 bytes per entry here (sizeof(TraceEntry)).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -105,6 +105,15 @@ struct LoadError {
 // Reads and decodes a snapshot file. Never throws, never aborts: every bad input (truncated, not a
 // pickle, a pickle of something else, missing keys, hostile sizes or nesting) becomes a LoadError.
 // Memory use is bounded by a small multiple of the file size.
+//
+// Accepted: Python pickle protocols 0-5 of plain data (object-constructing opcodes are refused),
+// memtrace's writer, the TorchScript pickler. Integers are exact in [INT64_MIN, UINT64_MAX]; a
+// field that needs a number outside that range is a LoadError naming the field (elsewhere, e.g. in
+// allocator_settings, it is shown as "<integer out of range>"). Required keys: 'segments' and
+// 'device_traces' at the top; 'address', 'total_size', 'blocks' per segment; 'size' per block;
+// 'action' per trace entry; everything else defaults to 0 / "" / the empty stack. Legacy shapes: a
+// bare list of segments loads with no device_traces; blocks with 'history' instead of 'frames' use
+// history[0]. Details: snapshot_decoder.cpp and pickle_vm.hpp.
 struct LoadResult {
   std::optional<Snapshot> snapshot;
   std::optional<LoadError> error;

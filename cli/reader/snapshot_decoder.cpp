@@ -178,7 +178,26 @@ class Decoder final : public pickle::DictHook {
   bool decode_segments(Value v, Problem* p);
   bool decode_segment(Value v, size_t index, Problem* p);
   void decode_settings(Value v);
-  std::string repr(Value v, int depth, bool quote) const;
+  // Python-like repr; at most *budget items are shown in all (then "...").
+  std::string repr(Value v, int depth, bool quote, size_t* budget);
+  // Work and output budgets of the final pass, proportional to the input: containers shared through
+  // the memo (one huge segment dict referred to 100,000 times, a device list repeated) could
+  // otherwise make it quadratic in time or multiply the output. Real snapshots need a fraction.
+  struct OverBudget {};
+  const Value* find(uint32_t dict_obj, uint32_t key_id) {
+    size_t n;
+    vm_.items(dict_obj, &n);
+    spend(n / 2 + 1);
+    return vm_.find(dict_obj, key_id);
+  }
+  void spend(size_t work) {
+    if (work > work_left_) throw OverBudget{};
+    work_left_ -= work;
+  }
+  void produce(size_t items) {
+    if (items > output_left_) throw OverBudget{};
+    output_left_ -= items;
+  }
   uint64_t offset_of(Value v, uint64_t fallback) const {
     return v.is_obj() ? vm_.obj(static_cast<uint32_t>(v.payload())).offset() : fallback;
   }
@@ -202,6 +221,8 @@ class Decoder final : public pickle::DictHook {
   std::unordered_map<std::string_view, StackId> stack_ids_;  // views of snap_.stacks[i]'s ids
   std::vector<FrameId> ids_tmp_;
   size_t stack_frames_ = 0;
+  size_t work_left_ = 0;
+  size_t output_left_ = 0;
 };
 
 bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why) {
@@ -408,6 +429,7 @@ bool Decoder::decode_traces(Value v, Problem* p) {
     }
     size_t ne;
     const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
+    spend(ne + 1);
     for (size_t i = 0; i < ne; ++i) {
       if (!it[i].is_obj()) continue;
       const pickle::Obj& ob = vm_.obj(static_cast<uint32_t>(it[i].payload()));
@@ -417,11 +439,13 @@ bool Decoder::decode_traces(Value v, Problem* p) {
   for (size_t c = 0; c < pool_.size(); ++c)
     if (refs[c] == 0) pool_[c].reset();
 
+  produce(nd);
   snap_.device_traces.resize(nd);
   for (size_t d = 0; d < nd; ++d) {
     size_t ne;
     const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
     std::vector<TraceEntry>& out = snap_.device_traces[d];
+    produce(ne);
     out.reserve(ne);
     pickle::advise_huge_pages(out.data(), ne * sizeof(TraceEntry));
     for (size_t i = 0; i < ne; ++i) {
@@ -470,7 +494,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
   Segment seg;
   std::string why;
   auto need = [&](Key k) -> const Value* {
-    const Value* f = vm_.find(o, key_[k]);
+    const Value* f = find(o, key_[k]);
     if (!f) p->what = where + ": no '" + key_text(k) + "' key";
     return f;
   };
@@ -483,7 +507,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
   bool ok = u64(*address, kAddress, &seg.address, &why) && u64(*total, kTotalSize, &seg.total_size, &why);
   int64_t dev = 0;
   if (ok) {
-    if (const Value* f = vm_.find(o, key_[kDevice])) ok = i64(*f, kDevice, &dev, &why);
+    if (const Value* f = find(o, key_[kDevice])) ok = i64(*f, kDevice, &dev, &why);
   }
   if (ok && (dev < -1 || dev > 1 << 20)) {
     why = "'device' is " + std::to_string(dev) + ", not a device index";
@@ -491,13 +515,13 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
   }
   seg.device = static_cast<int>(dev);
   if (ok) {
-    if (const Value* f = vm_.find(o, key_[kStream]); f && !f->is_none()) ok = u64(*f, kStream, &seg.stream, &why);
+    if (const Value* f = find(o, key_[kStream]); f && !f->is_none()) ok = u64(*f, kStream, &seg.stream, &why);
   }
   if (ok) {
-    if (const Value* f = vm_.find(o, key_[kSegmentType])) ok = str(*f, kSegmentType, &seg.segment_type, &why);
+    if (const Value* f = find(o, key_[kSegmentType])) ok = str(*f, kSegmentType, &seg.segment_type, &why);
   }
   if (ok) {
-    if (const Value* f = vm_.find(o, key_[kIsExpandable])) {
+    if (const Value* f = find(o, key_[kIsExpandable])) {
       if (f->is_bool()) {
         seg.is_expandable = f->payload() == 2;
       } else if (!f->is_none()) {
@@ -507,7 +531,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
     }
   }
   if (ok) {
-    if (const Value* f = vm_.find(o, key_[kFrames])) ok = stack_of(*f, &seg.stack, &why);
+    if (const Value* f = find(o, key_[kFrames])) ok = stack_of(*f, &seg.stack, &why);
   }
   if (!ok) {
     p->what = where + ": " + why;
@@ -519,6 +543,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
   }
   size_t nb;
   const Value* b = vm_.items(static_cast<uint32_t>(blocks->payload()), &nb);
+  produce(nb + 1);
   seg.blocks.reserve(nb);
   uint64_t addr = seg.address;
   for (size_t i = 0; i < nb; ++i) {
@@ -530,7 +555,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
     }
     uint32_t bo = static_cast<uint32_t>(b[i].payload());
     Block blk;
-    const Value* size = vm_.find(bo, key_[kSize]);
+    const Value* size = find(bo, key_[kSize]);
     if (!size) {
       p->what = bwhere + ": no 'size' key";
       p->offset = vm_.obj(bo).offset();
@@ -538,12 +563,12 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
     }
     ok = u64(*size, kSize, &blk.size, &why);
     if (ok) {
-      if (const Value* f = vm_.find(bo, key_[kRequestedSize]); f && !f->is_none())
+      if (const Value* f = find(bo, key_[kRequestedSize]); f && !f->is_none())
         ok = u64(*f, kRequestedSize, &blk.requested_size, &why);
     }
     if (ok) {
       blk.state = BlockState::kOther;
-      if (const Value* f = vm_.find(bo, key_[kState])) {
+      if (const Value* f = find(bo, key_[kState])) {
         StrId s = 0;
         ok = str(*f, kState, &s, &why);
         if (s == st_allocated_) blk.state = BlockState::kActiveAllocated;
@@ -552,17 +577,17 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
       }
     }
     if (ok) {
-      if (const Value* f = vm_.find(bo, key_[kFrames])) {
+      if (const Value* f = find(bo, key_[kFrames])) {
         ok = stack_of(*f, &blk.stack, &why);
-      } else if (const Value* h = vm_.find(bo, key_[kHistory])) {
+      } else if (const Value* h = find(bo, key_[kHistory])) {
         // Pre-2023 files: the block's newest history record carries its frames and real size.
         size_t nh = 0;
         const Value* hv = (vm_.is_kind(*h, ObjKind::kList)) ? vm_.items(static_cast<uint32_t>(h->payload()), &nh) : nullptr;
         if (nh > 0 && vm_.is_kind(hv[0], ObjKind::kDict)) {
           uint32_t ho = static_cast<uint32_t>(hv[0].payload());
-          if (const Value* f = vm_.find(ho, key_[kFrames])) ok = stack_of(*f, &blk.stack, &why);
+          if (const Value* f = find(ho, key_[kFrames])) ok = stack_of(*f, &blk.stack, &why);
           if (ok) {
-            if (const Value* r = vm_.find(ho, key_[kRealSize]); r && !r->is_none())
+            if (const Value* r = find(ho, key_[kRealSize]); r && !r->is_none())
               ok = u64(*r, kRealSize, &blk.requested_size, &why);
           }
         }
@@ -595,7 +620,7 @@ bool Decoder::decode_segments(Value v, Problem* p) {
   return true;
 }
 
-std::string Decoder::repr(Value v, int depth, bool quote) const {
+std::string Decoder::repr(Value v, int depth, bool quote, size_t* budget) {
   switch (v.tag()) {
     case Tag::kInt:
     case Tag::kNum: {
@@ -632,19 +657,21 @@ std::string Decoder::repr(Value v, int depth, bool quote) const {
     case ObjKind::kPending: return "<object>";
     case ObjKind::kList: break;
   }
-  if (depth >= 6) return std::string(open) + "..." + close;
+  if (depth >= 6 || *budget == 0) return std::string(open) + "..." + close;
   size_t n;
   const Value* it = vm_.items(o, &n);
   std::string s = open;
   size_t step = dict ? 2 : 1, shown = 0;
   for (size_t i = 0; i + step <= n; i += step) {
     if (shown) s += ", ";
-    if (++shown > 32) {
+    if (++shown > 32 || *budget == 0) {
       s += "...";
       break;
     }
-    s += repr(it[i], depth + 1, true);
-    if (dict) s += ": " + repr(it[i + 1], depth + 1, true);
+    --*budget;
+    spend(1);
+    s += repr(it[i], depth + 1, true, budget);
+    if (dict) s += ": " + repr(it[i + 1], depth + 1, true, budget);
   }
   if (ob.kind == ObjKind::kTuple && shown == 1) s += ",";
   return s + close;
@@ -655,24 +682,29 @@ void Decoder::decode_settings(Value v) {
   uint32_t o = static_cast<uint32_t>(v.payload());
   size_t n;
   const Value* kv = vm_.items(o, &n);
-  for (size_t i = 0; i + 1 < n; i += 2)
-    snap_.settings.emplace_back(repr(kv[i], 1, false), repr(kv[i + 1], 1, false));
-  const Value* m = vm_.find(o, key_[kMemtrace]);
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    size_t budget = 256;
+    spend(1);
+    std::string k = repr(kv[i], 1, false, &budget);
+    snap_.settings.emplace_back(std::move(k), repr(kv[i + 1], 1, false, &budget));
+  }
+  const Value* m = find(o, key_[kMemtrace]);
   if (!m || !vm_.is_kind(*m, ObjKind::kDict)) return;
   snap_.producer = Producer::kMemtrace;
   uint32_t mo = static_cast<uint32_t>(m->payload());
   MemtraceInfo& info = snap_.memtrace;
   int64_t i;
-  if (const Value* f = vm_.find(mo, key_[kPid]); f && vm_.as_i64(*f, &i)) info.pid = i;
-  if (const Value* f = vm_.find(mo, key_[kEntriesDropped]); f && vm_.as_i64(*f, &i)) info.entries_dropped = i;
-  if (const Value* f = vm_.find(mo, key_[kAllocatorCaching]); f && f->is_bool()) info.allocator_caching = f->payload() == 2;
+  if (const Value* f = find(mo, key_[kPid]); f && vm_.as_i64(*f, &i)) info.pid = i;
+  if (const Value* f = find(mo, key_[kEntriesDropped]); f && vm_.as_i64(*f, &i)) info.entries_dropped = i;
+  if (const Value* f = find(mo, key_[kAllocatorCaching]); f && f->is_bool()) info.allocator_caching = f->payload() == 2;
+  size_t budget = 16;
   auto text = [&](Key k, std::string* out) {
-    const Value* f = vm_.find(mo, key_[k]);
+    const Value* f = find(mo, key_[k]);
     if (!f || f->is_none()) return;
     if (f->is_str())
       *out = std::string(vm_.str(static_cast<uint32_t>(f->payload())));
     else if (f->is_int())
-      *out = repr(*f, 0, false);
+      *out = repr(*f, 0, false, &budget);
   };
   text(kRank, &info.rank);
   text(kHost, &info.host);
@@ -693,8 +725,8 @@ bool Decoder::decode_top(Value top, Problem* p) {
     return false;
   }
   uint32_t o = static_cast<uint32_t>(top.payload());
-  const Value* seg = vm_.find(o, key_[kSegments]);
-  const Value* tr = vm_.find(o, key_[kDeviceTraces]);
+  const Value* seg = find(o, key_[kSegments]);
+  const Value* tr = find(o, key_[kDeviceTraces]);
   if (!seg || !tr) {
     p->what = std::string("not a snapshot: the top-level dict has no ") +
               (!seg && !tr ? "'segments' and no 'device_traces'" : !seg ? "'segments'" : "'device_traces'") + " key";
@@ -703,7 +735,7 @@ bool Decoder::decode_top(Value top, Problem* p) {
   }
   if (!decode_traces(*tr, p)) return false;
   if (!decode_segments(*seg, p)) return false;
-  if (const Value* s = vm_.find(o, key_[kAllocatorSettings])) decode_settings(*s);
+  if (const Value* s = find(o, key_[kAllocatorSettings])) decode_settings(*s);
   return true;
 }
 
@@ -716,7 +748,17 @@ LoadResult Decoder::run(std::string_view bytes, bool drop_consumed) {
     return r;
   }
   Problem p;
-  if (!decode_top(top, &p)) {
+  work_left_ = 16 * bytes.size() + (size_t{1} << 20);
+  output_left_ = bytes.size() / 4 + 4096;
+  bool ok;
+  try {
+    ok = decode_top(top, &p);
+  } catch (const OverBudget&) {
+    r.error = LoadError{name_ + ": containers shared through the memo make this pickle decode to far more than "
+                                "its size (not a snapshot)"};
+    return r;
+  }
+  if (!ok) {
     char where[64];
     std::snprintf(where, sizeof(where), " (object at byte %llu)", static_cast<unsigned long long>(p.offset));
     r.error = LoadError{name_ + ": " + p.what + where};

@@ -160,3 +160,35 @@ TEST_CASE("load_snapshot errors name the path") {
   REQUIRE(r.error.has_value());
   CHECK(r.error->message == dir / "empty.pickle" + ": empty file");
 }
+
+TEST_CASE("containers shared through the memo cannot make decoding quadratic or multiply the output") {
+  // One segment dict with 20,000 unknown keys, listed 20,000 times by BINGET: 4e8 key visits.
+  std::string seg = "}\x94(";
+  for (int i = 0; i < 20000; ++i) seg += "J" + t::u32le(static_cast<uint32_t>(i)) + "K\x01";
+  seg += t::sbu("address") + "K\x01" + t::sbu("total_size") + "K\x01" + t::sbu("blocks") + "]u";
+  std::string segs = "](" + seg;
+  for (int i = 0; i < 20000; ++i) segs += "h\x00"s;
+  segs += "e";
+  std::string p = "\x80\x04}(" + t::sbu("segments") + segs + t::sbu("device_traces") + "]u.";
+  CHECK_THAT(error_of(p), Catch::Contains("decode to far more than its size"));
+  // One 10,000-entry device list repeated 10,000 times: 1e8 entries from 300 kB.
+  std::string entry = "}(" + t::sbu("action") + t::sbu("alloc") + "u";
+  std::string list = "]\x94(";
+  for (int i = 0; i < 10000; ++i) list += entry;
+  list += "e";
+  std::string dev = "](" + list;
+  for (int i = 0; i < 10000; ++i) dev += "h\x00"s;
+  dev += "e";
+  p = "\x80\x04}(" + t::sbu("segments") + "]" + t::sbu("device_traces") + dev + "u.";
+  CHECK_THAT(error_of(p), Catch::Contains("decode to far more than its size"));
+  // A list holding itself 32 times, shown in allocator_settings: the repr stops early.
+  std::string self = "]\x94(";
+  for (int i = 0; i < 32; ++i) self += "h\x00"s;
+  self += "e";
+  p = "\x80\x04}(" + t::sbu("segments") + "]" + t::sbu("device_traces") + "]" + t::sbu("allocator_settings") + "}(" +
+      t::sbu("x") + self + "uu.";
+  LoadResult r = load_snapshot_bytes(p, "self.pickle");
+  REQUIRE_FALSE(r.error.has_value());
+  REQUIRE(r.snapshot->settings.size() == 1);
+  CHECK(r.snapshot->settings[0].second.size() < 4096);
+}
