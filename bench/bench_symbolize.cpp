@@ -66,6 +66,7 @@ struct Module {
   std::vector<uintptr_t> rets;                        // return addresses (runtime)
   size_t from_symbols = 0, sampled = 0;
   double sym_seconds = 1e30, a2l_seconds = 1e30;  // fastest run
+  double sym_cpu = 1e30, a2l_cpu = 1e30;          // least CPU time of a run
 };
 
 std::vector<Module>* g_mods;
@@ -363,7 +364,7 @@ int main(int argc, char** argv) {
   double ctor = 1e30, sym_total = 1e30, a2l_total = 1e30, sym_cpu = 1e30, a2l_cpu = 1e30;
   double sym_sys = 0;   // of the fastest CPU run: system time
   long sym_faults = 0;  // and page faults (the mapped files' pages the Symbolizer touched)
-  for (Module& m : mods) m.sym_seconds = m.a2l_seconds = 1e30;
+  for (Module& m : mods) m.sym_seconds = m.a2l_seconds = m.sym_cpu = m.a2l_cpu = 1e30;
   for (int r = 0; r < repeat; ++r) {
     auto t0 = Clock::now();
     double c0 = cpu_now();
@@ -377,9 +378,11 @@ int main(int argc, char** argv) {
       run_total += c;
       for (Module& m : mods) {
         auto t1 = Clock::now();
+        double c1 = cpu_now();
         for (uintptr_t ret : m.rets) sym.frames(ret);
         double t = since(t1);
         m.sym_seconds = std::min(m.sym_seconds, t);
+        m.sym_cpu = std::min(m.sym_cpu, cpu_now() - c1);
         run_total += t;
       }
       double cpu = cpu_now() - c0;
@@ -406,6 +409,7 @@ int main(int argc, char** argv) {
       double t = 0, cpu = 0;
       auto res = run_addr2line(m, &t, &cpu);
       m.a2l_seconds = std::min(m.a2l_seconds, t);
+      m.a2l_cpu = std::min(m.a2l_cpu, cpu);
       a2l_run += t;
       a2l_run_cpu += cpu;
       if (r != 0) continue;
@@ -418,13 +422,13 @@ int main(int argc, char** argv) {
     a2l_cpu = std::min(a2l_cpu, a2l_run_cpu);
   }
 
-  std::printf("\n%-34s %10s %12s %10s %12s %8s\n", "", "memtrace s", "memtrace a/s", "addr2line s",
-              "addr2line a/s", "ratio");
+  std::printf("\n%-34s %10s %12s %10s %12s %8s %9s %9s %6s\n", "", "memtrace s", "memtrace a/s", "addr2line s",
+              "addr2line a/s", "ratio", "mt cpu s", "a2l cpu s", "ratio");
   std::printf("%-34s %10.3f\n", "Symbolizer construction", ctor);
   for (Module& m : mods)
-    std::printf("%-34s %10.3f %12.0f %10.3f %12.0f %7.1fx\n", m.label.c_str(), m.sym_seconds,
+    std::printf("%-34s %10.3f %12.0f %10.3f %12.0f %7.1fx %9.4f %9.3f %5.1fx\n", m.label.c_str(), m.sym_seconds,
                 m.rets.size() / m.sym_seconds, m.a2l_seconds, m.rets.size() / m.a2l_seconds,
-                m.a2l_seconds / m.sym_seconds);
+                m.a2l_seconds / m.sym_seconds, m.sym_cpu, m.a2l_cpu, m.a2l_cpu / m.sym_cpu);
   std::printf("%-34s %10.3f %12.0f %10.3f %12.0f %7.1fx\n", "TOTAL (memtrace incl. construction)", sym_total,
               total / sym_total, a2l_total, total / a2l_total, a2l_total / sym_total);
   std::printf("memtrace is %.1fx %s than addr2line over %zu addresses (fastest of %d runs each)\n",
