@@ -414,6 +414,13 @@ bool owned(uintptr_t ptr) {
   return each_allocator([&](caching::CachingAllocator& a) { return a.owns(ptr); });
 }
 
+void settle_pending_frees() {
+  each_allocator([](caching::CachingAllocator& a) {
+    a.flush_pending_frees();
+    return false;
+  });
+}
+
 void drop_context(CUcontext ctx) { take_down(ctx, true); }
 void forget_context(CUcontext ctx) { take_down(ctx, false); }
 

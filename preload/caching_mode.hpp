@@ -44,6 +44,10 @@ std::optional<caching::BlockInfo> block_of(uintptr_t ptr);
 // Inside some allocator's segment (live block or cached free space).
 bool owned(uintptr_t ptr);
 
+// At exit: one synchronize per allocator completes the frees still waiting for one, so the exit
+// snapshot shows every free the program made (as free_requested + free_completed).
+void settle_pending_frees();
+
 // A context is about to go (cuCtxDestroy, primary reset): its allocator gives everything back
 // while the context still exists. Its records are purged by the caller, with the context's.
 void drop_context(CUcontext ctx);

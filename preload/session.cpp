@@ -179,6 +179,7 @@ void dump_now(const char* reason) {
   pthread_mutex_lock(&g_dump_mutex);
   if (!g_exit_dump_done) {
     g_exit_dump_done = at_exit;
+    if (at_exit && caching_mode::any_allocator()) caching_mode::settle_pending_frees();
     StateCopy state = s->recorder.copy_state();
     state.distinct_stacks = s->stacks.size();
     state.stack_table_bytes = s->stacks.memory_bytes();
@@ -190,6 +191,7 @@ void dump_now(const char* reason) {
     req.print_summary = s->config.summary && at_exit;
     req.include_frames = s->config.stacks != StackMode::None;
     req.reason = reason;
+    req.module_history = s->owners.module_history();
     req.allocator = caching_mode::settings();
     output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
     if (!at_exit && rep.written && s->config.summary)

@@ -5,6 +5,7 @@
  *              in the data of the next block handed out at A's address
  *   oom        cached free segments are given back before out-of-memory is reported; the error code
  *              the program gets is the driver's
+ *   grow       two 15 MiB blocks: with expandable segments, two pages mapped back to back
  *   range      cuMemGetAddressRange_v2 / cuPointerGetAttribute(s) answer for the block
  *   ipc        cuIpcGetMemHandle of a cached block (looked up with dlsym: the simulated driver has
  *              no IPC, the wrapper answers first)
@@ -121,6 +122,18 @@ static int range(void) {
   return 0;
 }
 
+static int grow(void) {
+  /* With expandable_segments:True the second 15 MiB block needs a second 20 MiB page mapped right
+   * after the first: one contiguous mapped range (one snapshot segment) of 40 MiB. */
+  CUdeviceptr a = mt_mem_alloc("alloc_15m_a", 15 << 20);
+  CUdeviceptr b = mt_mem_alloc("alloc_15m_b", 15 << 20);
+  mt_mem_free("free_a", a);
+  CUdeviceptr c = mt_mem_alloc("alloc_1m", 1 << 20);
+  (void)b;
+  (void)c;
+  return 0;
+}
+
 typedef CUresult (*ipc_get_fn)(CUipcMemHandle*, CUdeviceptr);
 
 static int ipc(void) {
@@ -178,6 +191,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(argv[1], "oom")) rc = oom();
   else if (!strcmp(argv[1], "range")) rc = range();
   else if (!strcmp(argv[1], "ipc")) rc = ipc();
+  else if (!strcmp(argv[1], "grow")) rc = grow();
   else if (!strcmp(argv[1], "pluggable")) rc = pluggable();
   if (rc == 0) mt_done();
   return rc;

@@ -1579,14 +1579,70 @@ def case_caching_mix(ctx):
     check(r.warnings() == [], f"warnings: {r.warnings()}")
 
 
+def replay_expandable_view(snap, d=0):
+    """The viewer's "Allocator State History" for expandable segments (snapshot-format.md §3.3):
+    undo events newest first, segment_map carving its range out of the segment holding it and
+    segment_unmap putting it back (merged with a neighbour); every live block must stay inside a
+    segment. (output/tests/check_snapshot.py treats segment_map like segment_alloc, a range of its
+    own, which mapped ranges that grew are not.)"""
+    segs = {s["address"]: s["total_size"] for s in snap.segments if s["device"] == d}
+    blocks = {}
+    for s in snap.segments:
+        at = s["address"]
+        for b in s["blocks"]:
+            if b["state"] in ("active_allocated", "active_pending_free"):
+                blocks[at] = b["size"]
+            at += b["size"]
+
+    def holder(addr):
+        return next((a for a, n in segs.items() if a <= addr < a + n), None)
+
+    for e in reversed(snap.device_traces[d]):
+        a, addr, size = e["action"], e.get("addr"), e["size"]
+        if a in ("free_completed", "free"):
+            blocks[addr] = size
+        elif a == "alloc":
+            blocks.pop(addr, None)
+        elif a == "segment_unmap":
+            segs[addr] = size
+            for x in list(segs):  # merge with the ranges it touches
+                if x + segs[x] == addr and x in segs and addr in segs:
+                    segs[x] += segs.pop(addr)
+                    addr = x
+            if addr + segs[addr] in segs:
+                segs[addr] += segs.pop(addr + segs[addr])
+        elif a == "segment_map":
+            h = holder(addr)
+            check(h is not None and addr + size <= h + segs[h],
+                  f"undoing segment_map {hex(addr)}+{size}: no segment holds it ({segs})")
+            end, h_end = addr + size, h + segs[h]
+            del segs[h]
+            if addr > h:
+                segs[h] = addr - h
+            if end < h_end:
+                segs[end] = h_end - end
+        for b in blocks:
+            check(holder(b) is not None, f"after undoing {a} {hex(addr or 0)}: block {hex(b)} lies in no segment")
+
+
 @case
 def case_caching_expandable(ctx):
     ctx.need_preload()
     ctx.need_sim()
-    r, snap = caching_run(ctx, "mix", env={"MEMTRACE_ALLOC_CONF": "expandable_segments:True"}, expandable=True)
+    env = {"MEMTRACE_ALLOC_CONF": "expandable_segments:True"}
+    r, snap = caching_run(ctx, "mix", env=env, expandable=True)
     maps = snap.actions("segment_map")
     check(maps and all(e["size"] % (2 << 20) == 0 for e in maps), f"segment_map entries: {describe_entries(maps)}")
-    print(f"  {len(snap.segments)} mapped ranges, {len(maps)} segment_map entries")
+    replay_expandable_view(snap)
+    # Growth: two pages mapped back to back are one segment of 40 MiB.
+    r, snap = caching_run(ctx, "grow", env=env, checker=False, expandable=True)
+    big = [s for s in snap.segments if s["total_size"] == 40 << 20]
+    check(len(big) == 1, f"segments {[(hex(s['address']), s['total_size']) for s in snap.segments]}, expected "
+                         f"one mapped range of 40 MiB")
+    grow_maps = [e for e in snap.actions("segment_map") if big[0]["address"] <= e["addr"] < big[0]["address"] + (40 << 20)]
+    check(len(grow_maps) == 2, f"segment_map entries in the 40 MiB range: {describe_entries(grow_maps)}")
+    replay_expandable_view(snap)
+    print(f"  mix: {len(maps)} segment_map entries; grow: one 40 MiB range from {len(grow_maps)} maps")
 
 
 @case
@@ -1671,6 +1727,34 @@ def case_caching_pluggable(ctx):
     seg = next(s for s in snap.segments if s["address"] <= q < s["address"] + s["total_size"])
     check(seg["stream"] != 0, "the block's segment should carry PyTorch's stream")
 
+
+@case
+def case_caching_threads(ctx):
+    """Concurrent allocation in caching mode: no event lost, and snapshots taken while 8 threads
+    allocate (MEMTRACE_INTERVAL) are consistent cuts that tile."""
+    ctx.need_preload()
+    ctx.need_sim()
+    r = ctx.run([ctx.program("thread_stress")], env=dict(CACHING, MEMTRACE_STACKS="none"))
+    expect_ok(r, "thread_stress")
+    snap = r.snapshot()
+    n = r.out.counts["alloc"]
+    counts = {a: len(snap.actions(a)) for a in ("alloc", "free_requested", "free_completed")}
+    check(n == 3000 and counts == {"alloc": n, "free_requested": n, "free_completed": n},
+          f"trace counts {counts}, the program made {n} allocations and freed them all")
+    blocks = tiled_blocks(snap)
+    check(all(b["state"] == "inactive" for b, _ in blocks.values()), "a block is still active at exit")
+    ctx.check_snapshot_tool(snap.path)
+    r = ctx.run([ctx.program("dump_signal"), "interval"], env=dict(CACHING, MEMTRACE_INTERVAL="0.1"))
+    expect_ok(r)
+    extra = r.on_demand_snapshots()
+    check(extra, f"no snapshot was taken during the run\n{r.describe()}")
+    for path in extra:
+        snap = Snapshot(path)
+        ctx.check_snapshot_tool(path)
+        blocks = tiled_blocks(snap)
+        check(any(b["state"] == "active_allocated" and b["size"] == 3 << 20 for b, _ in blocks.values()),
+              f"{path}: the kept 3 MiB block is missing")
+    print(f"  {len(extra)} snapshots during concurrent allocation, all consistent")
 
 @case
 def case_caching_bad_value(ctx):
