@@ -101,7 +101,7 @@ class Decoder final : public pickle::DictHook {
                           "time_us", "frames", "category", "device_free", "filename", "name", "line", "device",
                           "address", "total_size", "segment_type", "is_expandable", "blocks", "state",
                           "requested_size", "history", "real_size", "memtrace", "pid", "rank", "host", "exe",
-                          "reason", "entries_dropped", "allocator_caching"};
+                          "reason", "entries_dropped", "allocator_caching", "allocator"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); ++i) {
       key_[i] = vm_.intern(keys[i]);
       if (key_[i] < kFieldTable) field_of_[key_[i]] = static_cast<uint8_t>(i + 1);
@@ -124,7 +124,7 @@ class Decoder final : public pickle::DictHook {
     kSegments, kDeviceTraces, kAllocatorSettings, kAction, kAddr, kSize, kStream, kTimeUs, kFrames, kCategory,
     kDeviceFree, kFilename, kName, kLine, kDevice, kAddress, kTotalSize, kSegmentType, kIsExpandable, kBlocks,
     kState, kRequestedSize, kHistory, kRealSize, kMemtrace, kPid, kRank, kHost, kExe, kReason, kEntriesDropped,
-    kAllocatorCaching, kKeyCount
+    kAllocatorCaching, kAllocator, kKeyCount
   };
   Value key(Key k) const { return Value::make(Tag::kStr, key_[k]); }
   // Which known key a dict key is (kKeyCount when none): one table look-up per key.
@@ -696,6 +696,11 @@ void Decoder::decode_settings(Value v) {
   int64_t i;
   if (const Value* f = find(mo, key_[kPid]); f && vm_.as_i64(*f, &i)) info.pid = i;
   if (const Value* f = find(mo, key_[kEntriesDropped]); f && vm_.as_i64(*f, &i)) info.entries_dropped = i;
+  // memtrace writes 'allocator': "passthrough" (driver allocations as they were), "caching" (its
+  // caching allocator served them), or "passthrough+memtrace_malloc" (the caching allocator served
+  // PyTorch's pluggable-allocator calls): all but the first record through a cache.
+  if (const Value* f = find(mo, key_[kAllocator]); f && f->is_str())
+    info.allocator_caching = vm_.str(static_cast<uint32_t>(f->payload())) != "passthrough";
   if (const Value* f = find(mo, key_[kAllocatorCaching]); f && f->is_bool()) info.allocator_caching = f->payload() == 2;
   size_t budget = 16;
   auto text = [&](Key k, std::string* out) {

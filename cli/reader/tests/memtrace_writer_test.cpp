@@ -89,7 +89,16 @@ TEST_CASE("memtrace's own snapshot reads back") {
   CHECK(s.memtrace.exe == "/usr/bin/python3");
   CHECK(s.memtrace.reason == "exit");
   CHECK(s.memtrace.entries_dropped == 13);
-  CHECK_FALSE(s.memtrace.allocator_caching);
+  CHECK_FALSE(s.memtrace.allocator_caching);  // the default: passthrough
+
+  // Written with memtrace's caching allocator in charge.
+  memtrace::output::PickleWriter w2;
+  o.allocator.mode = "caching";
+  o.allocator.cached = true;
+  memtrace::output::build_snapshot(st, src, o, w2);
+  r::LoadResult cached = r::load_snapshot_bytes(w2.bytes(), "cached.pickle");
+  REQUIRE_FALSE(cached.error.has_value());
+  CHECK(cached.snapshot->memtrace.allocator_caching);
 
   REQUIRE(s.device_traces.size() == 2);
   const auto& d0 = s.device_traces[0];
