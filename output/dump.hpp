@@ -6,11 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/records.hpp"
 #include "output/frame_source.hpp"
 #include "output/output_path.hpp"
 #include "output/snapshot_builder.hpp"
+#include "unwind/module_map.hpp"
 
 namespace memtrace::unwind {
 class StackTable;
@@ -25,6 +27,8 @@ struct DumpRequest {
   bool include_frames = true;
   std::string reason;  // "exit", "signal", "oom", ... (stored in the snapshot's metadata)
   AllocatorSettings allocator;  // allocator_settings
+  // Objects seen loaded while recording (dlclosed ones included), so their addresses resolve.
+  std::vector<unwind::LoadedObject> module_history;
 };
 
 struct DumpReport {

@@ -69,6 +69,7 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
     std::unique_ptr<unwind::Symbolizer> sym;
     try {
       sym = std::make_unique<unwind::Symbolizer>();
+      sym->add_unloaded_modules(request.module_history);
     } catch (const std::exception& e) {
       log::debug("symbolizer unavailable ({}); writing without frames", e.what());
     } catch (...) {

@@ -191,6 +191,7 @@ void dump_now(const char* reason) {
     req.print_summary = s->config.summary && at_exit;
     req.include_frames = s->config.stacks != StackMode::None;
     req.reason = reason;
+    req.module_history = s->owners.module_history();
     req.allocator = caching_mode::settings();
     output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
     if (!at_exit && rep.written && s->config.summary)

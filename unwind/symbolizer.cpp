@@ -994,6 +994,7 @@ struct Symbolizer::Impl {
   // Per module, its symbol index (built on first use); cleared with the scope indexes.
   std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
   uint64_t generation = 0;
+  std::vector<LoadedObject> unloaded;  // add_unloaded_modules()
   // Demangled names by the address of the mangled string in the module's mapped symbol
   // table or debug data: each distinct name is demangled once (__cxa_demangle dominates the
   // cost of a symbol-table lookup). Cleared with the indexes. Kept apart since symbol-table
@@ -1103,13 +1104,24 @@ struct Symbolizer::Impl {
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
-    const std::vector<LoadedObject> objects = loaded_objects();
+    std::vector<LoadedObject> objects = loaded_objects();
     for (const LoadedObject& o : objects) {
       if (o.path == "[vdso]") {
         dwfl_report_module(dwfl, vdso_name, o.start, o.end);
       } else if (o.path[0] == '/') {
         dwfl_report_module(dwfl, o.path.c_str(), o.start, o.end);
       }
+    }
+    // Objects unloaded since they were recorded, reported from their files at their old
+    // addresses, where nothing loaded now has taken that place.
+    const size_t live = objects.size();
+    for (const LoadedObject& u : unloaded) {
+      if (u.path.empty() || u.path[0] != '/') continue;
+      bool taken = false;
+      for (size_t i = 0; i < live && !taken; ++i)
+        taken = (objects[i].start < u.end && u.start < objects[i].end) || objects[i].path == u.path;
+      if (!taken && dwfl_report_module(dwfl, u.path.c_str(), u.start, u.end) != nullptr)
+        objects.push_back(u);
     }
     dwfl_report_end(dwfl, nullptr, nullptr);
     // Load bias and build id as the loader's list gives them (from the loaded image), so that
@@ -1288,6 +1300,22 @@ std::string_view Symbolizer::module_of(uintptr_t address) {
   if (mod == nullptr) return {};
   if (ModuleInfo* info = Impl::info_of(mod)) return info->path;
   return {};
+}
+
+void Symbolizer::add_unloaded_modules(const std::vector<LoadedObject>& seen) {
+  if (impl_->dwfl == nullptr) return;
+  const std::vector<LoadedObject> now = loaded_objects();
+  bool added = false;
+  for (const LoadedObject& o : seen) {
+    bool loaded = std::any_of(now.begin(), now.end(), [&](const LoadedObject& n) {
+      return n.start == o.start && n.path == o.path;
+    });
+    if (!loaded) {
+      impl_->unloaded.push_back(o);
+      added = true;
+    }
+  }
+  if (added) impl_->report();
 }
 
 std::vector<ModuleInfo> Symbolizer::modules() const {

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "unwind/module_map.hpp"
+
 namespace memtrace::unwind {
 
 struct SymFrame {
@@ -44,6 +46,10 @@ class Symbolizer {
   // found later: when an address falls outside every known module and something was
   // dlopened or dlclosed since, the loader's list is read again.
   std::vector<ModuleInfo> modules() const;
+  // Objects recorded while loaded (ModuleMap::history()): those unloaded since are read from
+  // their files at their old addresses, so stacks captured while they were there still resolve.
+  // Where something else is loaded at that address now, the loaded object wins.
+  void add_unloaded_modules(const std::vector<LoadedObject>& seen);
 
  private:
   struct Impl;

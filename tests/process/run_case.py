@@ -961,6 +961,27 @@ def case_python_frames(ctx):
                   f"{label}: native frames mixed after the Python ones: {frames[first_py:]}")
 
 
+@case
+def case_dlclose_frames(ctx):
+    """A plugin allocates and is dlclosed before exit: the snapshot still names its functions,
+    file and line (memtrace keeps the module map of everything it saw loaded)."""
+    ctx.need_preload()
+    ctx.need_sim()
+    lib = os.path.join(ctx.bindir, "libdlclose_plugin.so")
+    r, snap = traced_and_checked(ctx, [ctx.program("dlclose_main")], env={"DLCLOSE_LIB": lib})
+    plugin = r.out.values.get("PLUGIN", [])
+    check(len(plugin) == 1, f"program printed PLUGIN {plugin}")
+    addr, line, mapped = int(plugin[0][0], 16), int(plugin[0][1]), plugin[0][2]
+    check(mapped == "0", "the plugin is still mapped after dlclose: the case proves nothing")
+    allocs = {e["addr"]: e for e in snap.actions("alloc")}
+    frames = allocs[addr].get("frames") or []
+    names = [f["name"] for f in frames]
+    check(names[:2] == ["plugin_alloc_site", "plugin_load_weights"] and "main" in names,
+          f"frames of the dlclosed plugin's allocation: {frames[:4]}")
+    check(frames[0]["filename"].endswith("dlclose_lib.c") and frames[0]["line"] == line,
+          f"expected dlclose_lib.c:{line}, got {frames[0]}")
+
+
 # snapshots on demand --------------------------------------------------------------------------
 
 def check_on_demand(ctx, r, reason_word, at_least):
