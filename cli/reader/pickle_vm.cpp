@@ -225,6 +225,7 @@ uint32_t Vm::intern(std::string_view s) {
   auto it = string_ids_.find(s);
   if (it != string_ids_.end()) return it->second;
   strings_.emplace_back(s);
+  string_bytes_ += s.size() + 96;  // the text, the std::string, the deque slot and the map node
   uint32_t id = static_cast<uint32_t>(strings_.size() - 1);
   string_ids_.emplace(strings_.back(), id);
   return id;
@@ -380,13 +381,10 @@ void Vm::cache(uint32_t obj, uint32_t id, bool release_items) {
 }
 
 size_t Vm::memory_bytes() const {
-  size_t strings = 0;
-  // The string table is bounded by the input (each string is read from it once); counted roughly.
-  strings = strings_.size() * 48;
   return stack_.capacity() * sizeof(Value) + marks_.capacity() * sizeof(size_t) +
          memo_.capacity() * sizeof(Value) + memo_far_.size() * 48 + objs_.capacity() * sizeof(Obj) +
          storage_.capacity() * sizeof(std::vector<Value>) + storage_bytes_ + numbers_.capacity() * sizeof(Number) +
-         floats_.capacity() * sizeof(double) + strings + hook_bytes_;
+         floats_.capacity() * sizeof(double) + string_bytes_ + hook_bytes_;
 }
 
 Value Vm::push_number(int64_t v) {

@@ -166,6 +166,7 @@ class Vm {
   std::vector<std::vector<Value>> storage_;
   std::vector<uint32_t> free_storage_;
   size_t storage_bytes_ = 0;
+  size_t string_bytes_ = 0;
   size_t hook_bytes_ = 0;
   std::vector<Value> stack_;
   std::vector<size_t> marks_;

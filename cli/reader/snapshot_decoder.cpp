@@ -334,6 +334,7 @@ StackId Decoder::intern_stack(const std::vector<FrameId>& ids) {
   stack_ids_.emplace(std::string_view(reinterpret_cast<const char*>(stored.data()), stored.size() * sizeof(FrameId)),
                      id);
   stack_frames_ += ids.size();
+  if ((id & 1023) == 0) account();
   return id;
 }
 
@@ -371,8 +372,8 @@ bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
 }
 
 void Decoder::account() {
-  vm_.set_hook_bytes(pool_bytes_ + snap_.frames.size() * (sizeof(Frame) + 48) +
-                     snap_.stacks.size() * 80 + stack_frames_ * sizeof(FrameId));
+  vm_.set_hook_bytes(pool_bytes_ + snap_.frames.size() * (sizeof(Frame) + 64) +
+                     snap_.stacks.size() * 112 + stack_frames_ * sizeof(FrameId));
 }
 
 bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs) {
