@@ -408,6 +408,7 @@ class Builder {
       const AllocRecord& r = live[dev_recs_[i]];
       Group g{dev_recs_[i], static_cast<uint32_t>(seg_blocks_.size()), 0};
       ++i;
+      if (r.cache == CacheRole::Block) ++st_.orphan_blocks;  // before any segment of its device
       if (r.cache == CacheRole::Segment) {
         const uint64_t end = r.addr + r.size;
         uint64_t cursor = r.addr;
@@ -427,7 +428,7 @@ class Builder {
       groups_.push_back(g);
     }
     for (uint32_t o : orphans_) groups_.push_back(Group{o, 0, 0});
-    st_.orphan_blocks = orphans_.size();
+    st_.orphan_blocks += orphans_.size();
   }
 
   void plan_marker() {

@@ -302,3 +302,62 @@ TEST_CASE("times are stamped in ticks and handed out as Unix microseconds") {
   CHECK(free_t - alloc_t >= 15000);  // the 20 ms between them, within scheduling slack
   CHECK(free_t - alloc_t <= 200000);
 }
+
+TEST_CASE("caching allocator records: segments and blocks apart, one entry per action") {
+  Recorder r;
+  r.configure(100, 0);
+  auto seg = [](uint64_t addr, uint64_t size) {
+    AllocRecord s = rec(addr, size, 0, MemKind::Cached, 7);
+    s.cache = CacheRole::Segment;
+    s.cache_flags = kCacheExpandable;
+    return s;
+  };
+  auto entry = [](Action a, uint64_t addr, uint64_t size) {
+    TraceEntry e;
+    e.action = a;
+    e.addr = addr;
+    e.size = size;
+    e.kind = MemKind::Cached;
+    return e;
+  };
+  const uint64_t base = 0x7000000;
+  const uint64_t page = 2 << 20;
+  AllocRecord s1 = seg(base, page);
+  r.cached_segments_change(entry(Action::SegmentMap, base, page), nullptr, 0, &s1, 1);
+  AllocRecord block = rec(base, 4096, 0, MemKind::Cached, 7);  // same address as its segment
+  block.cache = CacheRole::Block;
+  block.requested = 4000;
+  block.owner = 3;
+  r.cached_block_alloc(block);
+  // A second page mapped right after: the range grows (one record replaces the other).
+  AllocRecord s2 = seg(base, 2 * page);
+  uint64_t gone = base;
+  r.cached_segments_change(entry(Action::SegmentMap, base + page, page), &gone, 1, &s2, 1);
+  StateCopy c = r.copy_state();
+  REQUIRE(c.live.size() == 2);
+  CHECK(c.device[0].current == 2 * page);  // segments are the device's bytes
+  CHECK(c.owner_device[3].current == 4096);  // blocks their owner's
+  REQUIRE(r.cached_block_free_requested(base, 0));
+  CHECK_FALSE(r.cached_block_free_requested(base, 0));  // already waiting
+  c = r.copy_state();
+  for (const AllocRecord& x : c.live)
+    if (x.cache == CacheRole::Block) CHECK((x.cache_flags & kCachePendingFree) != 0);
+  REQUIRE(r.cached_block_free_completed(base));
+  // The first page unmapped: the range that is left starts one page up.
+  AllocRecord rest = seg(base + page, page);
+  r.cached_segments_change(entry(Action::SegmentUnmap, base, page), &gone, 1, &rest, 1);
+  c = r.copy_state();
+  REQUIRE(c.live.size() == 1);
+  CHECK(c.live[0].addr == base + page);
+  CHECK(c.device[0].current == page);
+  CHECK(c.owner_device[3].current == 0);
+  CHECK(actions(c) == std::vector<Action>{Action::SegmentMap, Action::Alloc, Action::SegmentMap, Action::FreeRequested,
+                                          Action::FreeCompleted, Action::SegmentUnmap});
+  CHECK(c.trace[1].size == 4000);
+  // Context teardown takes what is left.
+  r.purge_context(7, Recorder::kind_bit(MemKind::Cached));
+  c = r.copy_state();
+  CHECK(c.live.empty());
+  CHECK(c.trace.back().action == Action::SegmentUnmap);
+  CHECK(c.device[0].current == 0);
+}

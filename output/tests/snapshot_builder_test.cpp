@@ -463,3 +463,77 @@ TEST_CASE("the checker reports broken snapshots", "[builder][checker]") {
   INFO(out);
   CHECK(rc == 0);
 }
+
+TEST_CASE("caching allocator records: segments tiled by their blocks, gaps inactive", "[builder][caching]") {
+  // Two caching segments as the recorder keeps them: segment records apart from block records
+  // (one starting at its segment's address), one block freed and waiting for a synchronize.
+  const uint64_t s1 = 0x7f0000000000, s2 = 0x7f0000200000;
+  auto rec = [](uint64_t addr, uint64_t size, uint64_t req, CacheRole role, uint8_t flags, uint32_t stack) {
+    AllocRecord r;
+    r.addr = addr;
+    r.size = size;
+    r.requested = req;
+    r.kind = MemKind::Cached;
+    r.cache = role;
+    r.cache_flags = flags;
+    r.stack_id = stack;
+    r.time_us = kT0;
+    return r;
+  };
+  StateCopy s;
+  s.live = {
+      rec(s1, 2 << 20, 0, CacheRole::Segment, kCacheSmallPool, 1),
+      rec(s1, 512, 100, CacheRole::Block, 0, 1),
+      rec(s1 + 1024, 4096, 4000, CacheRole::Block, kCachePendingFree, 3),
+      rec(s2, 20 << 20, 0, CacheRole::Segment, 0, 2),
+      rec(s2 + (2 << 20), 5 << 20, 5 << 20, CacheRole::Block, 0, 2),
+      rec(0x7f0009000000, 512, 512, CacheRole::Block, 0, 1),  // in no segment: written on its own
+  };
+  std::reverse(s.live.begin(), s.live.end());
+  auto entry = [](Action a, uint64_t addr, uint64_t size, uint32_t stack) {
+    TraceEntry e;
+    e.time_us = kT0;
+    e.action = a;
+    e.addr = addr;
+    e.size = size;
+    e.stack_id = stack;
+    e.kind = MemKind::Cached;
+    return e;
+  };
+  s.trace = {entry(Action::SegmentAlloc, s1, 2 << 20, 1), entry(Action::Alloc, s1, 100, 1),
+             entry(Action::Alloc, s1 + 512, 300, 1), entry(Action::FreeRequested, s1 + 512, 300, 1),
+             entry(Action::FreeCompleted, s1 + 512, 300, 1), entry(Action::Alloc, s1 + 1024, 4000, 3),
+             entry(Action::SegmentAlloc, s2, 20 << 20, 2), entry(Action::Alloc, s2 + (2 << 20), 5 << 20, 2),
+             entry(Action::SegmentAlloc, 0x7f0009000000, 512, 1), entry(Action::Alloc, 0x7f0009000000, 512, 1)};
+  s.total_entries = s.trace.size();
+  s.ring_capacity = 100;
+  s.device_count = 1;
+  s.time_us = kT0 + 1;
+
+  t::TempDir dir;
+  auto src = make_source();
+  BuildStats st;
+  std::string file = build_to_file(s, src, dir, "cached.pickle", &st);
+  CHECK(st.device_segments == 3);
+  CHECK(st.orphan_blocks == 1);
+  const char* script = R"PY(
+import pickle, sys
+s = pickle.load(open(sys.argv[1], 'rb'))
+by = {x['address']: x for x in s['segments']}
+a = by[0x7f0000000000]
+assert a['total_size'] == 2 << 20 and a['segment_type'] == 'small'
+assert [(b['size'], b['state'], b['requested_size']) for b in a['blocks']] == [
+    (512, 'active_allocated', 100), (512, 'inactive', 0), (4096, 'active_pending_free', 4000),
+    ((2 << 20) - 5120, 'inactive', 0)], a['blocks']
+assert a['allocated_size'] == 512 and a['active_size'] == 4608 and a['requested_size'] == 4100
+assert a['blocks'][0]['frames'][0]['name'] == 'forward' and a['blocks'][1]['frames'] == []
+b = by[0x7f0000200000]
+assert b['segment_type'] == 'large' and [(x['size'], x['state']) for x in b['blocks']] == [
+    (2 << 20, 'inactive'), (5 << 20, 'active_allocated'), (13 << 20, 'inactive')], b['blocks']
+assert by[0x7f0009000000]['total_size'] == 512
+)PY";
+  std::string out;
+  int rc = check_then(dir, file, R"({"segments": 3})", script, &out);
+  INFO(out);
+  CHECK(rc == 0);
+}
