@@ -25,8 +25,14 @@
 //   dicts. PyTorch's own format (PR #182407, 2026) could not be read; this is the §6 best guess.
 //   Neither key is written when no host memory was seen, and no viewer reads them.
 //
+// * Caching allocator (MEMTRACE_ALLOCATOR=caching). Its segments and blocks are separate Cached
+//   records; each segment is written with the blocks that lie inside it, in address order, and the
+//   gaps between them as 'inactive' blocks (the allocator's free, cached space), so blocks tile
+//   segments by construction. A freed block waiting for a synchronize is 'active_pending_free'.
+//
 // * Half free pairs. memtrace frees are synchronous: the recorder always pushes free_requested and
-//   free_completed together. A half pair in a device list (the ring cut between them, or
+//   free_completed together (the caching allocator's deferred frees too, when the block is really
+//   released). A half pair in a device list (the ring cut between them, or
 //   MEMTRACE_SKIP_ACTIONS dropped one) is completed here: a lone free_requested makes the
 //   "Allocator State History" view throw and never ends the band in the timeline; a lone
 //   free_completed would be drawn as "freed but waiting due to record_stream". The synthesized half

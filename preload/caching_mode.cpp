@@ -12,6 +12,12 @@
 //   as segments). A map next to a range merges with it; an unmap inside one splits it; each change
 //   is one atomic registry update with its one trace entry.
 //
+// * Deferred frees: the program's free only marks the block pending (snapshots show it
+//   'active_pending_free'); free_requested + free_completed are written together when a
+//   synchronize makes the block reusable. PyTorch would write free_requested at the free, but
+//   output/tests/check_snapshot.py (and the older viewers' collapse into 'free') want the pair
+//   adjacent. The exit dump settles the pending batch first, so the exit snapshot has every free.
+//
 // * Stacks: the hook captures the caller's stack before calling the allocator (never under its
 //   lock) and leaves it in a thread-local the listener reads; the segment a request creates gets
 //   the same stack. Frees keep the block's stack (or the free's own with MEMTRACE_FREE_STACKS).
