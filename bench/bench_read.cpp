@@ -1,7 +1,8 @@
 // Snapshot reading at scale: load_snapshot() on two files of 1,000,000 trace entries and 10,000
 // distinct stacks of 16 frames:
 //
-//   bench_read [DIR]   (default $TMPDIR or /tmp; the files are removed afterwards)
+//   bench_read [DIR] [--keep]   (default $TMPDIR or /tmp; the files are removed afterwards unless
+//                                --keep, e.g. to profile the analysis commands on them)
 //
 // 1. memtrace's own format: a synthetic StateCopy (2 devices, alloc = segment_alloc + alloc, free =
 //    free_requested + free_completed + segment_free, the open allocations as live segments)
@@ -283,7 +284,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   const char* tmp = std::getenv("TMPDIR");
-  std::string dir = argc > 1 ? argv[1] : (tmp && *tmp ? tmp : "/tmp");
+  std::string dir = tmp && *tmp ? tmp : "/tmp";
+  bool keep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--keep") == 0)
+      keep = true;
+    else
+      dir = argv[i];
+  }
   std::string mt_path = dir + "/memtrace_bench_read_memtrace.pickle";
   std::string pt_path = dir + "/memtrace_bench_read_pytorch.pickle";
 
@@ -305,7 +313,7 @@ int main(int argc, char** argv) {
     }
   }
   measure("memtrace's format (1,000,000 entries, 10,000 stacks x 16 frames)", mt_path);
-  std::remove(mt_path.c_str());
+  if (!keep) std::remove(mt_path.c_str());
 
   std::string script = dir + "/memtrace_bench_read_gen.py";
   {
@@ -322,6 +330,6 @@ int main(int argc, char** argv) {
   std::printf("(python3 wrote the PyTorch-shaped file in %.1f s)\n",
               std::chrono::duration<double>(Clock::now() - t0).count());
   measure("PyTorch's shape, pickle protocol 4 (1,000,000 entries, 10,000 stacks x 16 frames)", pt_path);
-  std::remove(pt_path.c_str());
+  if (!keep) std::remove(pt_path.c_str());
   return 0;
 }
