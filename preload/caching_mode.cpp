@@ -403,7 +403,9 @@ void* pluggable_malloc(size_t bytes, int device, uintptr_t stream, void* caller)
 void pluggable_free(void* ptr, void* caller) {
   CUresult r;
   if (!try_free(reinterpret_cast<CUdeviceptr>(ptr), caller, &r) && ptr) {
-    log::warn("memtrace_free({}): not memory memtrace_malloc handed out; ignored", ptr);
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      log::warn("memtrace_free({}): not memory memtrace_malloc handed out; ignored (warned once)", ptr);
   }
 }
 
