@@ -1,6 +1,7 @@
 #include "cli/reader/pickle_vm.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -635,11 +636,11 @@ bool Vm::run(std::string_view bytes, Value* result, std::string* error, bool dro
       case 'F': {
         std::string_view line;
         if (!readline(&line)) return truncated(1);
-        scratch.assign(line);
-        char* end = nullptr;
-        errno = 0;
-        double d = std::strtod(scratch.c_str(), &end);
-        if (end == scratch.c_str()) return fail("FLOAT with a bad argument");
+        while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+        if (!line.empty() && line.front() == '+') line.remove_prefix(1);
+        double d = 0;
+        auto res = std::from_chars(line.data(), line.data() + line.size(), d);  // not locale-dependent
+        if (res.ec != std::errc() || res.ptr != line.data() + line.size()) return fail("FLOAT with a bad argument");
         floats_.push_back(d);
         stack_.push_back(Value::make(Tag::kFloat, floats_.size() - 1));
         break;

@@ -20,6 +20,7 @@
 // * Block addresses are recomputed as the viewer does: segment address + sizes of earlier blocks.
 #include "cli/reader/snapshot_decoder.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -74,24 +75,34 @@ struct Problem {
   uint64_t offset = 0;
 };
 
-// Python's repr of a float: the shortest digits that read back as the same double, positional
-// for exponents -4..15 (always with a '.'), scientific otherwise.
+// Python's repr of a float: the shortest digits that read back as the same double (to_chars,
+// independent of the C locale), positional for exponents -4..15 (always with a '.'), scientific
+// otherwise.
 std::string float_repr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
   char buf[64];
-  int prec = 1;
-  for (; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*e", prec - 1, d);
-    if (std::strtod(buf, nullptr) == d) break;
+  auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  size_t e = sci.find('e');
+  int exp = std::atoi(sci.c_str() + e + 1);
+  if (exp < -4 || exp >= 16) return sci;
+  std::string sign = sci[0] == '-' ? "-" : "";
+  std::string digits;
+  for (size_t i = sign.size(); i < e; ++i)
+    if (sci[i] != '.') digits += sci[i];
+  std::string out;
+  if (exp < 0) {
+    out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+  } else {
+    size_t whole = static_cast<size_t>(exp) + 1;
+    if (digits.size() <= whole) {
+      out = digits + std::string(whole - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, whole) + "." + digits.substr(whole);
+    }
   }
-  const char* e = std::strchr(buf, 'e');
-  int exp = e ? std::atoi(e + 1) : 0;
-  if (exp < -4 || exp >= 16) return buf;
-  std::snprintf(buf, sizeof(buf), "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
-  std::string s = buf;
-  if (s.find('.') == std::string::npos) s += ".0";
-  return s;
+  return sign + out;
 }
 
 class Decoder final : public pickle::DictHook {
