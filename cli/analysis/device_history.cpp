@@ -20,14 +20,24 @@ constexpr uint32_t kNever = UINT32_MAX;
 
 bool is_live(BlockState st) { return st == BlockState::kActiveAllocated || st == BlockState::kActivePendingFree; }
 
-int64_t segment_delta(const reader::TraceEntry& e) {
+// Running sums are 128-bit: up to 2^32 entries of up to 2^64 bytes each (hostile files included)
+// cannot overflow them.
+using Sum = __int128;
+
+uint64_t clamp_bytes(Sum v) {
+  if (v < 0) return 0;
+  if (v > static_cast<Sum>(UINT64_MAX)) return UINT64_MAX;
+  return static_cast<uint64_t>(v);
+}
+
+Sum segment_delta(const reader::TraceEntry& e) {
   switch (e.action) {
     case Action::kSegmentAlloc:
     case Action::kSegmentMap:
-      return static_cast<int64_t>(e.size);
+      return static_cast<Sum>(e.size);
     case Action::kSegmentFree:
     case Action::kSegmentUnmap:
-      return -static_cast<int64_t>(e.size);
+      return -static_cast<Sum>(e.size);
     default:
       return 0;
   }
@@ -59,28 +69,28 @@ DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_se
   std::vector<uint32_t> frees_without_alloc;
   std::unordered_map<uint64_t, uint32_t> open;
   open.reserve(1024);
-  int64_t alloc_sum = 0, alloc_max = 0;
-  int64_t seg_sum = 0, seg_max = 0;
+  Sum alloc_sum = 0, alloc_max = 0;
+  Sum seg_sum = 0, seg_max = 0;
   int64_t peak_index = -1;
-  uint64_t unknown_free_bytes = 0;
+  Sum unknown_free_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     const reader::TraceEntry& e = tr[i];
     if (e.action == Action::kAlloc) {
       auto [it, inserted] = open.try_emplace(e.addr, static_cast<uint32_t>(i));
       if (!inserted) {  // its free was not recorded: it ends here
-        alloc_sum -= static_cast<int64_t>(tr[it->second].size);
+        alloc_sum -= static_cast<Sum>(tr[it->second].size);
         if (with_sets) closed_at[it->second] = static_cast<uint32_t>(i);
         it->second = static_cast<uint32_t>(i);
       }
-      alloc_sum += static_cast<int64_t>(e.size);
+      alloc_sum += static_cast<Sum>(e.size);
     } else if (e.action == closer) {
       auto it = open.find(e.addr);
       if (it != open.end()) {
-        alloc_sum -= static_cast<int64_t>(tr[it->second].size);
+        alloc_sum -= static_cast<Sum>(tr[it->second].size);
         if (with_sets) closed_at[it->second] = static_cast<uint32_t>(i);
         open.erase(it);
       } else {
-        alloc_sum -= static_cast<int64_t>(e.size);
+        alloc_sum -= static_cast<Sum>(e.size);
         unknown_free_bytes += e.size;
         frees_without_alloc.push_back(static_cast<uint32_t>(i));
       }
@@ -98,7 +108,7 @@ DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_se
 
   // Final state of this device.
   std::vector<LiveAlloc> untraced;
-  uint64_t untraced_bytes = 0;
+  Sum untraced_bytes = 0;
   for (const reader::Segment& seg : s.segments) {
     if (seg.device != device) continue;
     ++h.segment_count;
@@ -136,12 +146,11 @@ DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_se
       if (!in_final.count(addr)) h.live_at_end.push_back({addr, tr[idx].size, tr[idx].stack, tr[idx].category});
   }
 
-  const uint64_t start = untraced_bytes + unknown_free_bytes;
-  h.peak_allocated = static_cast<uint64_t>(static_cast<int64_t>(start) + alloc_max);
+  h.peak_allocated = clamp_bytes(untraced_bytes + unknown_free_bytes + alloc_max);
   h.peak_index = peak_index;
   h.peak_time_us = peak_index >= 0 ? tr[peak_index].time_us : 0;
-  const int64_t reserved_start = static_cast<int64_t>(h.reserved_now) - seg_sum;
-  h.peak_reserved = static_cast<uint64_t>(std::max<int64_t>(reserved_start + seg_max, static_cast<int64_t>(h.reserved_now)));
+  const Sum reserved_start = static_cast<Sum>(h.reserved_now) - seg_sum;
+  h.peak_reserved = clamp_bytes(std::max<Sum>(reserved_start + seg_max, static_cast<Sum>(h.reserved_now)));
 
   if (with_sets) {
     h.live_at_peak = untraced;

@@ -148,3 +148,15 @@ TEST_CASE("devices: counted from traces and segments; an absent device is all ze
   CHECK(h3.live_at_end.empty());
   CHECK(h3.peak_allocated == 64);
 }
+
+TEST_CASE("hostile sizes saturate instead of overflowing") {
+  SnapshotMaker m;
+  for (int i = 0; i < 4; ++i) m.entry(0, Action::kAlloc, 0x1000 + i, UINT64_MAX - 1, i);
+  // Reserved runs backwards from the final segments: before these frees it was beyond 2^64.
+  for (int i = 0; i < 4; ++i) m.entry(0, Action::kSegmentFree, 0x1000 + i, UINT64_MAX - 1, 10 + i);
+  m.segment(0, 0x10000, {{1ull << 62, 0, BlockState::kInactive}});
+  DeviceHistory h = analyze_device(m.s, 0);
+  CHECK(h.peak_allocated == UINT64_MAX);
+  CHECK(h.peak_index == 3);
+  CHECK(h.peak_reserved == UINT64_MAX);
+}
