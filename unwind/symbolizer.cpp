@@ -78,9 +78,12 @@ const char* die_raw_name(Dwarf_Die* die) {
   return name;
 }
 
+class LineTable;
+const std::string* line_table_file(const LineTable* table, uint64_t index);
+
 // Where an inlined instance was called from: DW_AT_call_file (an index into its unit's
-// file table) and DW_AT_call_line.
-void call_site(Dwarf_Die* inlined, std::string& file, int& line) {
+// file table, the unit's line table when it is usable, else libdw's) and DW_AT_call_line.
+void call_site(Dwarf_Die* inlined, const LineTable* table, std::string& file, int& line) {
   file.clear();
   line = 0;
   Dwarf_Attribute attr;
@@ -88,6 +91,10 @@ void call_site(Dwarf_Die* inlined, std::string& file, int& line) {
   if (dwarf_formudata(dwarf_attr(inlined, DW_AT_call_line, &attr), &v) == 0)
     line = static_cast<int>(v);
   if (dwarf_formudata(dwarf_attr(inlined, DW_AT_call_file, &attr), &v) == 0) {
+    if (table != nullptr) {
+      if (const std::string* f = line_table_file(table, v)) file = *f;
+      return;
+    }
     Dwarf_Die cu;
     Dwarf_Files* files = nullptr;
     size_t nfiles = 0;
@@ -757,6 +764,458 @@ struct ScopeIndex {
   }
 };
 
+// A unit's line table read straight from .debug_line, answering what dwfl_module_getsrc +
+// dwarf_linesrc + dwarf_lineno (elfutils 0.188) would, and the file names dwarf_getsrcfiles +
+// dwarf_filesrc give DW_AT_call_file. libdw decodes a whole line program with a malloc per
+// row and sorts every row; here rows go into one compact array, and the sequences (usually
+// each in address order already) are put in order instead of the rows. libdw's rules kept:
+//  - Rows are ordered by address, an end_sequence row before a normal one at the same
+//    address, else in the order they were read; a lookup takes the last row at or below the
+//    address and answers nothing when that row ends a sequence. The last row of the whole
+//    table counts as ending a sequence even when the program does not say so.
+//  - File names: an absolute name as it is; else its directory, "/", the name. DWARF < 5:
+//    directory 0 is the unit's DW_AT_comp_dir (no directory and no "/" without one), file 0
+//    is "???", and files count from 1. DWARF 5: both tables as written, file 0 included.
+//  - A file index past the table gives no name (""), the line still counts.
+// Anything else libdw treats specially (DW_LNE_define_file, bad or oversized values it would
+// reject, forms other than string/strp/line_strp and constants, compressed sections, 64-bit
+// DWARF mixed with 32-bit) leaves the table unusable, and the caller asks libdw.
+class LineTable {
+ public:
+  // A module's sections the tables are read from; a null line section: none usable.
+  struct Sections {
+    std::pair<const unsigned char*, size_t> line, line_str, str;
+  };
+  bool usable = false;
+
+  LineTable(Dwarf_Die* cudie, const Sections& sections) : sections_(sections) {
+    usable = sections.line.first != nullptr &&
+             read(cudie, sections.line.first, sections.line.second);
+    if (!usable) {
+      rows_.clear();
+      files_.clear();
+    }
+  }
+
+  // The file and line for a unit-relative address; false where libdw has no line.
+  bool lookup(Dwarf_Addr pc, const std::string*& file, int& line) const {
+    auto it = std::upper_bound(rows_.begin(), rows_.end(), pc,
+                               [](Dwarf_Addr v, const Row& r) { return v < r.addr; });
+    if (it == rows_.begin()) return false;
+    const Row& r = *--it;
+    if (r.end) return false;
+    file = r.file < files_.size() ? &files_[r.file] : &empty_;
+    line = r.line;
+    return true;
+  }
+
+  // dwarf_filesrc's name for a file index, or null past the table.
+  const std::string* file(uint64_t index) const {
+    return index < files_.size() ? &files_[index] : nullptr;
+  }
+
+ private:
+  struct Row {
+    Dwarf_Addr addr;
+    int line;
+    uint32_t file : 31;
+    uint32_t end : 1;
+  };
+  std::vector<Row> rows_;
+  std::vector<std::string> files_;
+  const std::string empty_;
+  Sections sections_;
+
+  static uint64_t fixed(const unsigned char* v, unsigned n) {
+    uint64_t x = 0;
+    std::memcpy(&x, v, n);  // little-endian host: the data describes this process's code
+    return x;
+  }
+
+  // Bounds-checked reader over [p, end).
+  struct Cursor {
+    const unsigned char* p;
+    const unsigned char* end;
+    bool bad = false;
+    uint64_t u(unsigned n) {
+      if (static_cast<size_t>(end - p) < n) {
+        bad = true;
+        return 0;
+      }
+      uint64_t v = fixed(p, n);
+      p += n;
+      return v;
+    }
+    uint64_t uleb() {
+      uint64_t v = 0;
+      for (unsigned shift = 0;; shift += 7) {
+        if (p >= end || shift > 63) {
+          bad = true;
+          return 0;
+        }
+        unsigned char b = *p++;
+        v |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) return v;
+      }
+    }
+    int64_t sleb() {
+      int64_t v = 0;
+      unsigned shift = 0;
+      unsigned char b = 0;
+      do {
+        if (p >= end || shift > 63) {
+          bad = true;
+          return 0;
+        }
+        b = *p++;
+        v |= static_cast<int64_t>(static_cast<uint64_t>(b & 0x7f) << shift);
+        shift += 7;
+      } while ((b & 0x80) != 0);
+      if (shift < 64 && (b & 0x40) != 0) v |= -(int64_t{1} << shift);
+      return v;
+    }
+    const char* cstr() {
+      const void* nul = std::memchr(p, 0, static_cast<size_t>(end - p));
+      if (nul == nullptr) {
+        bad = true;
+        return nullptr;
+      }
+      const char* s = reinterpret_cast<const char*>(p);
+      p = static_cast<const unsigned char*>(nul) + 1;
+      return s;
+    }
+  };
+
+  static std::string join(const char* dir, const char* name) {
+    if (name[0] == '/' || dir == nullptr) return name;
+    std::string s(dir);
+    s += '/';
+    s += name;
+    return s;
+  }
+
+  // DWARF 5 directory/file entry formats: (content type, form) pairs.
+  struct Format {
+    uint64_t content, form;
+  };
+
+  // Reads one entry's value of a form; string for DW_LNCT_path, number for the rest.
+  bool entry_value(Cursor& c, uint64_t form, unsigned offset_size, const char** str,
+                   uint64_t* num) const {
+    switch (form) {
+      case DW_FORM_string: {
+        const char* s = c.cstr();
+        if (str != nullptr) *str = s;
+        return !c.bad;
+      }
+      case DW_FORM_line_strp:
+      case DW_FORM_strp: {
+        const uint64_t off = c.u(offset_size);
+        if (c.bad) return false;
+        if (str != nullptr) {
+          auto [data, size] = form == DW_FORM_line_strp ? sections_.line_str : sections_.str;
+          if (data == nullptr || off >= size ||
+              std::memchr(data + off, 0, size - static_cast<size_t>(off)) == nullptr)
+            return false;
+          *str = reinterpret_cast<const char*>(data + off);
+        }
+        return true;
+      }
+      case DW_FORM_udata: {
+        uint64_t v = c.uleb();
+        if (num != nullptr) *num = v;
+        return !c.bad;
+      }
+      case DW_FORM_data1: case DW_FORM_data2: case DW_FORM_data4: case DW_FORM_data8: {
+        const unsigned n = form == DW_FORM_data1 ? 1 : form == DW_FORM_data2 ? 2
+                           : form == DW_FORM_data4 ? 4 : 8;
+        uint64_t v = c.u(n);
+        if (num != nullptr) *num = v;
+        return !c.bad;
+      }
+      case DW_FORM_data16:
+        c.u(8);
+        c.u(8);
+        return !c.bad && str == nullptr && num == nullptr;
+      case DW_FORM_block: {
+        uint64_t n = c.uleb();
+        if (c.bad || n > static_cast<uint64_t>(c.end - c.p)) return false;
+        c.p += n;
+        return str == nullptr && num == nullptr;
+      }
+      default:
+        return false;
+    }
+  }
+
+  static bool read_formats(Cursor& c, std::vector<Format>& formats) {
+    const uint64_t n = c.u(1);
+    for (uint64_t i = 0; i < n && !c.bad; ++i) {
+      Format f;
+      f.content = c.uleb();
+      f.form = c.uleb();
+      formats.push_back(f);
+    }
+    return !c.bad;
+  }
+
+  bool read(Dwarf_Die* cudie, const unsigned char* section, size_t size) {
+    Dwarf_CU* cu = cudie->cu;
+    Dwarf_Half cu_version = 0;
+    uint8_t unit_type = 0, addr_size = 0, cu_offset_size = 0;
+    if (dwarf_cu_info(cu, &cu_version, &unit_type, nullptr, nullptr, nullptr, &addr_size,
+                      &cu_offset_size) != 0 ||
+        (unit_type != DW_UT_compile && unit_type != DW_UT_partial) ||
+        (addr_size != 4 && addr_size != 8))
+      return false;
+    Dwarf_Attribute attr;
+    Dwarf_Word stmt_list = 0;
+    if (dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &attr), &stmt_list) != 0 ||
+        stmt_list >= size)
+      return false;
+    const char* comp_dir = dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &attr));
+
+    // Header.
+    Cursor c{section + stmt_list, section + size};
+    uint64_t unit_length = c.u(4);
+    unsigned offset_size = 4;
+    if (unit_length == 0xffffffff) {
+      unit_length = c.u(8);
+      offset_size = 8;
+    }
+    if (c.bad || offset_size != cu_offset_size || unit_length > static_cast<uint64_t>(c.end - c.p))
+      return false;
+    c.end = c.p + unit_length;
+    const unsigned version = static_cast<unsigned>(c.u(2));
+    if (c.bad || version < 2 || version > 5) return false;
+    if (version >= 5) {
+      if (c.u(1) != addr_size || c.u(1) != 0) return false;
+    }
+    const uint64_t header_length = c.u(offset_size);
+    if (c.bad || header_length > static_cast<uint64_t>(c.end - c.p)) return false;
+    const unsigned char* program = c.p + header_length;
+    const unsigned min_len = static_cast<unsigned>(c.u(1));
+    unsigned max_ops = 1;
+    if (version >= 4) max_ops = static_cast<unsigned>(c.u(1));
+    const unsigned default_is_stmt = static_cast<unsigned>(c.u(1));
+    const int line_base = static_cast<int8_t>(c.u(1));
+    const unsigned line_range = static_cast<unsigned>(c.u(1));
+    const unsigned opcode_base = static_cast<unsigned>(c.u(1));
+    // Only the common case: one operation per instruction (every target but VLIW ones).
+    if (c.bad || max_ops != 1 || line_range == 0 || opcode_base == 0) return false;
+    (void)default_is_stmt;
+    if (static_cast<size_t>(c.end - c.p) < opcode_base - 1) return false;
+    const unsigned char* std_lengths = c.p - 1;  // indexed by opcode, from 1
+    c.p += opcode_base - 1;
+    // libdw checks the argument counts it relies on for the standard opcodes it knows.
+    static const unsigned char expected[13] = {0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1};
+    for (unsigned op = 1; op < 13 && op < opcode_base; ++op)
+      if (std_lengths[op] != expected[op]) return false;
+
+    // Directories and files.
+    Cursor h{c.p, program};
+    std::vector<const char*> dirs;
+    if (version < 5) {
+      dirs.push_back(comp_dir);
+      while (h.p < h.end && *h.p != 0) dirs.push_back(h.cstr());
+      h.u(1);
+      files_.emplace_back("???");
+      while (!h.bad && h.p < h.end && *h.p != 0) {
+        const char* name = h.cstr();
+        const uint64_t dir = h.uleb();
+        h.uleb();  // mtime
+        h.uleb();  // length
+        if (h.bad || dir >= dirs.size()) return false;
+        files_.push_back(join(dirs[dir], name));
+      }
+      h.u(1);
+    } else {
+      std::vector<Format> formats;
+      if (!read_formats(h, formats)) return false;
+      const uint64_t ndirs = h.uleb();
+      if (h.bad || (!formats.empty() && ndirs > static_cast<uint64_t>(h.end - h.p) / formats.size()) ||
+          (formats.empty() && ndirs != 0))
+        return false;
+      for (uint64_t i = 0; i < ndirs; ++i) {
+        const char* dir = nullptr;
+        for (const Format& f : formats) {
+          const bool path = f.content == DW_LNCT_path;
+          if (!entry_value(h, f.form, offset_size, path ? &dir : nullptr, nullptr)) return false;
+        }
+        if (dir == nullptr) return false;
+        dirs.push_back(dir);
+      }
+      formats.clear();
+      if (!read_formats(h, formats)) return false;
+      const uint64_t nfiles = h.uleb();
+      if (h.bad || (!formats.empty() && nfiles > static_cast<uint64_t>(h.end - h.p) / formats.size()) ||
+          (formats.empty() && nfiles != 0))
+        return false;
+      for (uint64_t i = 0; i < nfiles; ++i) {
+        const char* name = nullptr;
+        uint64_t dir = ~uint64_t{0};
+        bool have_dir = false;
+        for (const Format& f : formats) {
+          if (f.content == DW_LNCT_path) {
+            if (!entry_value(h, f.form, offset_size, &name, nullptr)) return false;
+          } else if (f.content == DW_LNCT_directory_index) {
+            if (!entry_value(h, f.form, offset_size, nullptr, &dir)) return false;
+            have_dir = true;
+          } else if (!entry_value(h, f.form, offset_size, nullptr, nullptr)) {
+            return false;
+          }
+        }
+        if (name == nullptr || !have_dir || dir >= dirs.size()) return false;
+        files_.push_back(join(dirs[dir], name));
+      }
+      if (files_.empty()) files_.emplace_back("???");
+    }
+    if (h.bad || h.p != program) return false;
+
+    // The line program.
+    Cursor p{program, c.end};
+    struct Seq {
+      Dwarf_Addr start;
+      size_t begin, end;
+    };
+    std::vector<Seq> seqs;
+    std::vector<Row> read_rows;
+    size_t seq_begin = 0;
+    Dwarf_Addr addr = 0;
+    int64_t line = 1;
+    uint64_t file = 1;
+    auto emit = [&](bool end) {
+      if (line < INT32_MIN || line > INT32_MAX || file >= (1u << 31)) return false;
+      read_rows.push_back({addr, static_cast<int>(line), static_cast<uint32_t>(file), end ? 1u : 0u});
+      return true;
+    };
+    auto advance = [&](uint64_t ops) {
+      if (ops > 0xffffffffu) return false;  // libdw holds it in 32 bits
+      addr += static_cast<uint64_t>(min_len) * ops;
+      return true;
+    };
+    while (p.p < p.end) {
+      const unsigned op = *p.p++;
+      if (op >= opcode_base) {
+        const unsigned adj = op - opcode_base;
+        line += line_base + static_cast<int>(adj % line_range);
+        advance(adj / line_range);
+        if (!emit(false)) return false;
+      } else if (op == 0) {
+        if (p.end - p.p < 2) return false;
+        const unsigned len = *p.p++;
+        if (len >= 0x80 || static_cast<size_t>(p.end - p.p) < len) return false;
+        const unsigned sub = *p.p++;
+        switch (sub) {
+          case DW_LNE_end_sequence:
+            if (!emit(true)) return false;
+            seqs.push_back({read_rows[seq_begin].addr, seq_begin, read_rows.size()});
+            seq_begin = read_rows.size();
+            addr = 0;
+            line = 1;
+            file = 1;
+            break;
+          case DW_LNE_set_address:
+            addr = p.u(addr_size);
+            break;
+          case DW_LNE_set_discriminator:
+            if (p.uleb() >= (1u << 24)) return false;
+            break;
+          case DW_LNE_define_file:
+            return false;
+          default:
+            if (sub >= 0x80) return false;  // vendor extensions libdw may interpret
+            if (len == 0 || static_cast<size_t>(p.end - p.p) < len - 1) return false;
+            p.p += len - 1;
+            break;
+        }
+      } else if (op <= DW_LNS_set_isa) {
+        switch (op) {
+          case DW_LNS_copy:
+            if (!emit(false)) return false;
+            break;
+          case DW_LNS_advance_pc:
+            if (!advance(p.uleb())) return false;
+            break;
+          case DW_LNS_advance_line: {
+            const int64_t d = p.sleb();
+            if (d < INT32_MIN || d > INT32_MAX) return false;
+            line += d;
+            break;
+          }
+          case DW_LNS_set_file: {
+            const uint64_t f = p.uleb();
+            if (f > 0xffffffffu) return false;
+            file = f;
+            break;
+          }
+          case DW_LNS_set_column:
+            if (p.uleb() > 0xffff) return false;  // libdw keeps 16 bits and rejects more
+            break;
+          case DW_LNS_const_add_pc:
+            advance((255 - opcode_base) / line_range);
+            break;
+          case DW_LNS_fixed_advance_pc:
+            addr += p.u(2);
+            break;
+          case DW_LNS_set_isa:
+            if (p.uleb() > 0xff) return false;
+            break;
+          default:  // negate_stmt, basic_block, prologue_end, epilogue_begin: no effect here
+            break;
+        }
+      } else {
+        for (unsigned n = std_lengths[op]; n > 0; --n) p.uleb();
+      }
+      if (p.bad) return false;
+    }
+    // Rows after the last end_sequence still count (libdw keeps them).
+    if (seq_begin < read_rows.size()) seqs.push_back({read_rows[seq_begin].addr, seq_begin, read_rows.size()});
+
+    // libdw's order is by (address, end_sequence rows first, read order). Sequences sorted
+    // by start address and laid end to end are mostly in that order already: where their
+    // addresses never decrease, only runs of rows at one address (an end row after rows at
+    // its own address, sequences meeting at an address) need sorting, by the rest of the key.
+    std::sort(seqs.begin(), seqs.end(), [](const Seq& a, const Seq& b) {
+      return a.start != b.start ? a.start < b.start : a.begin < b.begin;
+    });
+    std::vector<uint32_t> order;  // indices into read_rows
+    order.reserve(read_rows.size());
+    for (const Seq& s : seqs)
+      for (size_t i = s.begin; i < s.end; ++i) order.push_back(static_cast<uint32_t>(i));
+    bool ascending = true;
+    for (size_t i = 1; i < order.size() && ascending; ++i)
+      ascending = read_rows[order[i - 1]].addr <= read_rows[order[i]].addr;
+    auto rest_of_key = [&](uint32_t a, uint32_t b) {
+      if (read_rows[a].end != read_rows[b].end) return read_rows[a].end > read_rows[b].end;
+      return a < b;
+    };
+    if (ascending) {
+      for (size_t i = 0; i < order.size();) {
+        size_t j = i + 1;
+        while (j < order.size() && read_rows[order[j]].addr == read_rows[order[i]].addr) ++j;
+        if (j - i > 1) std::sort(order.begin() + static_cast<ptrdiff_t>(i),
+                                 order.begin() + static_cast<ptrdiff_t>(j), rest_of_key);
+        i = j;
+      }
+      rows_.reserve(order.size());
+      for (uint32_t i : order) rows_.push_back(read_rows[i]);
+    } else {
+      rows_ = std::move(read_rows);
+      std::stable_sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) {
+        return a.addr != b.addr ? a.addr < b.addr : a.end > b.end;
+      });
+    }
+    if (!rows_.empty()) rows_.back().end = 1;
+    return true;
+  }
+
+};
+
+const std::string* line_table_file(const LineTable* table, uint64_t index) {
+  return table->file(index);
+}
+
 // A module's ELF symbol table, read once, answering exactly what dwfl_module_addrinfo(mod,
 // addr) answers (elfutils 0.188, libdwfl/dwfl_module_addrsym.c) without its per-address scan
 // of every symbol. The rules it reproduces:
@@ -1024,6 +1483,44 @@ struct Symbolizer::Impl {
     return it->second;
   }
 
+  // Per compilation unit, its line table (see LineTable); cleared with the indexes.
+  std::unordered_map<const void*, std::unique_ptr<LineTable>> line_tables;
+  // Per Dwarf (a module's debug data), its .debug_line bytes; null when compressed or absent.
+  std::unordered_map<Dwarf*, LineTable::Sections> line_sections;
+
+  // The unit's line table, or null where libdw must answer.
+  const LineTable* line_table(Dwarf_Die* cudie) {
+    auto& slot = line_tables[cudie->addr];
+    if (slot == nullptr) {
+      Dwarf* dbg = dwarf_cu_getdwarf(cudie->cu);
+      auto [it, fresh] = line_sections.try_emplace(dbg);
+      if (fresh) {
+        Elf* elf = dwarf_getelf(dbg);
+        it->second.line = section_data(elf, ".debug_line");
+        it->second.line_str = section_data(elf, ".debug_line_str");
+        it->second.str = section_data(elf, ".debug_str");
+      }
+      slot = std::make_unique<LineTable>(cudie, it->second);
+    }
+    return slot->usable ? slot.get() : nullptr;
+  }
+
+  static std::pair<const unsigned char*, size_t> section_data(Elf* elf, const char* want) {
+    size_t shstrndx = 0;
+    if (elf == nullptr || elf_getshdrstrndx(elf, &shstrndx) != 0) return {nullptr, 0};
+    for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+      GElf_Shdr sh;
+      if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type == SHT_NOBITS) continue;
+      const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+      if (name == nullptr || std::strcmp(name, want) != 0) continue;
+      if ((sh.sh_flags & SHF_COMPRESSED) != 0) return {nullptr, 0};  // left to libdw
+      Elf_Data* d = elf_getdata(scn, nullptr);
+      if (d == nullptr || d->d_buf == nullptr) return {nullptr, 0};
+      return {static_cast<const unsigned char*>(d->d_buf), d->d_size};
+    }
+    return {nullptr, 0};
+  }
+
   // Names by abstract origin (see ScopeIndex::Node::origin); cleared with the indexes.
   std::unordered_map<const void*, const std::string*> origin_names;
 
@@ -1101,6 +1598,8 @@ struct Symbolizer::Impl {
     elf_names.clear();
     dwarf_names.clear();
     origin_names.clear();
+    line_tables.clear();
+    line_sections.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -1213,7 +1712,12 @@ struct Symbolizer::Impl {
     Dwarf_Addr bias = 0;
     Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
     if (cudie != nullptr && !unit_has_pc(cudie, pc - bias)) cudie = nullptr;
-    Dwfl_Line* l = cudie != nullptr ? dwfl_module_getsrc(mod, pc) : nullptr;
+    const LineTable* table = cudie != nullptr ? line_table(cudie) : nullptr;
+    if (table != nullptr) {
+      const std::string* src = nullptr;
+      if (table->lookup(pc - bias, src, line)) file = *src;
+    }
+    Dwfl_Line* l = cudie != nullptr && table == nullptr ? dwfl_module_getsrc(mod, pc) : nullptr;
     if (l != nullptr) {
       Dwarf_Addr line_bias = 0;
       if (Dwarf_Line* dl = dwfl_dwarf_line(l, &line_bias)) {
@@ -1232,7 +1736,7 @@ struct Symbolizer::Impl {
           if (node.name == nullptr) node.name = &node_name(node);
           out.push_back({*node.name, file, line});
           if (!node.have_call) {
-            call_site(&node.die, node.call_file, node.call_line);
+            call_site(&node.die, table, node.call_file, node.call_line);
             node.have_call = true;
           }
           file = node.call_file;
@@ -1260,7 +1764,7 @@ struct Symbolizer::Impl {
           int tag = dwarf_tag(d);
           if (tag == DW_TAG_inlined_subroutine) {
             out.push_back({dwarf_name_of(d), file, line});
-            call_site(d, file, line);
+            call_site(d, table, file, line);
           } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
             const std::string& fn = elf_name.empty() ? dwarf_name_of(d) : elf_name;
             if (!fn.empty()) {
