@@ -1,6 +1,8 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <dwarf.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <elfutils/libdwfl.h>
 #include <link.h>
 #include <sys/mman.h>
@@ -12,6 +14,7 @@
 
 #include "unwind/module_map.hpp"
 #include "unwind/symbolizer.hpp"
+#include "unwind/tests/symtest_dwarf4.hpp"
 #include "unwind/tests/test_util.hpp"
 
 using memtrace::unwind::Symbolizer;
@@ -309,9 +312,10 @@ int collect_text(dl_phdr_info* info, size_t, void* arg) {
 }  // namespace
 
 // The Symbolizer answers from its own indexes (symbol table, DIE tree read straight from
-// .debug_info, cached names); libdw, asked per address, is the reference. Covered: the test
-// program (DWARF 5 from GCC, C++ with many inlined templates, memtrace's own code) and the
-// test library with always_inline chains.
+// .debug_info, line tables read straight from .debug_line, cached names); libdw, asked per
+// address, is the reference. Covered: the test program (DWARF 5 from GCC, C++ with many
+// inlined templates, memtrace's own code), the test library with always_inline chains, and
+// the DWARF 4 library (line table version 4, .debug_ranges, code in several sections).
 TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") {
   std::vector<Text> texts;
   dl_iterate_phdr(collect_text, &texts);
@@ -321,8 +325,9 @@ TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") 
     // library: about every other byte of its small text.
     if (t.name.empty()) plan.push_back({&t, 300});
     if (base_name(t.name) == "libunwind_symtest.so") plan.push_back({&t, 3000});
+    if (base_name(t.name) == "libunwind_symtest_dwarf4.so") plan.push_back({&t, 2000});
   }
-  REQUIRE(plan.size() == 2);
+  REQUIRE(plan.size() == 3);
 
   Dwfl_Callbacks cb{};
   char* debuginfo_path = nullptr;
@@ -335,7 +340,7 @@ TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") 
   REQUIRE(dwfl_report_end(dwfl, nullptr, nullptr) == 0);
 
   Symbolizer sym;
-  size_t compared = 0, inlined = 0, with_line = 0;
+  size_t compared = 0, inlined = 0, with_line = 0, dwarf4_inlined = 0;
   for (auto [t, want] : plan) {
     uintptr_t total = 0;
     for (auto [s, e] : t->ranges) total += e - s;
@@ -360,6 +365,7 @@ TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") 
         }
         ++compared;
         inlined += ref.size() > 1;
+        if (base_name(t->name) == "libunwind_symtest_dwarf4.so") dwarf4_inlined += ref.size() > 1;
         with_line += ref[0].line > 0;
       }
   }
@@ -369,4 +375,71 @@ TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") 
   CHECK(compared > 400);
   CHECK(inlined > 100);
   CHECK(with_line > 250);
+  CHECK(dwarf4_inlined > 50);
+}
+
+// The DWARF 4 library really is what the comparison above relies on it to be: version 4 units
+// whose ranges come from .debug_ranges. And a call through a header's inline function, from
+// a cold path, resolves with the header as the inlined frame's file.
+TEST_CASE("symbolizer: DWARF 4 library", "[symbolizer]") {
+  struct Out {
+    uintptr_t pcs[64];
+    int n = 0;
+  } out;
+  symtest_dwarf4::run(
+      [](void* arg) -> int {
+        auto* o = static_cast<Out*>(arg);
+        if (o->n == 0) o->n = memtrace::unwind::capture(o->pcs, 64);
+        return 1;
+      },
+      &out, 2);
+  REQUIRE(out.n > 0);
+  Symbolizer sym;
+  const std::vector<memtrace::unwind::SymFrame>* in_lib = nullptr;
+  uintptr_t pc = 0;
+  for (int i = 0; i < out.n && in_lib == nullptr; ++i)
+    if (base_name(sym.module_of(out.pcs[i] - 1)) == "libunwind_symtest_dwarf4.so") {
+      pc = out.pcs[i] - 1;
+      in_lib = &sym.frames(out.pcs[i]);
+    }
+  REQUIRE(in_lib != nullptr);
+  const auto& f = *in_lib;
+  std::string shown;
+  for (const auto& fr : f) shown += fr.function + " " + fr.file + ":" + std::to_string(fr.line) + "\n";
+  INFO(shown);
+  // header_step (inlined, in the header) <- twice (inlined) <- run.
+  REQUIRE(f.size() == 3);
+  CHECK(f[0].function.rfind("symtest_dwarf4::header_step(", 0) == 0);
+  CHECK(base_name(f[0].file) == "symtest_dwarf4.hpp");
+  CHECK(f[1].function == "twice");  // internal linkage: DW_AT_name only
+  CHECK(base_name(f[1].file) == "symtest_dwarf4.cpp");
+  CHECK(f[2].function == "symtest_dwarf4::run(int (*)(void*), void*, int)");
+  CHECK(base_name(f[2].file) == "symtest_dwarf4.cpp");
+  for (const auto& fr : f) CHECK(fr.line > 0);
+
+  // Every unit of the library's file: version 4, and one with DW_AT_ranges.
+  const std::string path(sym.module_of(pc));
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  Dwarf* dbg = dwarf_begin(fd, DWARF_C_READ);
+  REQUIRE(dbg != nullptr);
+  int units = 0, with_ranges = 0;
+  Dwarf_Off off = 0, next = 0;
+  size_t header = 0;
+  Dwarf_Half version = 0;
+  while (dwarf_next_unit(dbg, off, &next, &header, &version, nullptr, nullptr, nullptr, nullptr,
+                         nullptr) == 0) {
+    ++units;
+    CHECK(version == 4);
+    Dwarf_Die cudie;
+    Dwarf_Attribute attr;
+    if (dwarf_offdie(dbg, off + header, &cudie) != nullptr &&
+        dwarf_attr(&cudie, DW_AT_ranges, &attr) != nullptr)
+      ++with_ranges;
+    off = next;
+  }
+  CHECK(units > 0);
+  CHECK(with_ranges > 0);
+  dwarf_end(dbg);
+  close(fd);
 }
