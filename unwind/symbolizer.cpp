@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "unwind/module_map.hpp"
@@ -141,9 +142,11 @@ class LineTable;
 const std::string* line_table_file(const LineTable* table, uint64_t index);
 
 // Where an inlined instance was called from: DW_AT_call_file (an index into its unit's
-// file table, the unit's line table when it is usable, else libdw's) and DW_AT_call_line.
-void call_site(Dwarf_Die* inlined, const LineTable* table, std::string& file, int& line) {
-  file.clear();
+// file table, the unit's line table when it is usable, else libdw's, whose names are kept in
+// `names`) and DW_AT_call_line. file stays null when unknown.
+void call_site(Dwarf_Die* inlined, const LineTable* table, std::unordered_set<std::string>& names,
+               const std::string*& file, int& line) {
+  file = nullptr;
   line = 0;
   Dwarf_Attribute attr;
   Dwarf_Word v = 0;
@@ -151,7 +154,7 @@ void call_site(Dwarf_Die* inlined, const LineTable* table, std::string& file, in
     line = static_cast<int>(v);
   if (dwarf_formudata(dwarf_attr(inlined, DW_AT_call_file, &attr), &v) == 0) {
     if (table != nullptr) {
-      if (const std::string* f = line_table_file(table, v)) file = *f;
+      file = line_table_file(table, v);
       return;
     }
     Dwarf_Die cu;
@@ -159,7 +162,7 @@ void call_site(Dwarf_Die* inlined, const LineTable* table, std::string& file, in
     size_t nfiles = 0;
     if (dwarf_diecu(inlined, &cu, nullptr, nullptr) != nullptr &&
         dwarf_getsrcfiles(&cu, &files, &nfiles) == 0 && v < nfiles) {
-      if (const char* f = dwarf_filesrc(files, v, nullptr, nullptr)) file = f;
+      if (const char* f = dwarf_filesrc(files, v, nullptr, nullptr)) file = &*names.emplace(f).first;
     }
   }
 }
@@ -675,7 +678,7 @@ struct ScopeIndex {
     // the many inlined instances of one function look it up once.
     const void* origin = nullptr;
     bool have_call = false;
-    std::string call_file;
+    const std::string* call_file = nullptr;  // null: unknown
     int call_line = 0;
   };
   bool usable = true;
@@ -1542,6 +1545,10 @@ struct Symbolizer::Impl {
     return it->second;
   }
 
+  // File names libdw gave (where no line table of ours answers), kept for the views
+  // ScopeIndex nodes hold; cleared with the indexes.
+  std::unordered_set<std::string> file_names;
+
   // Per compilation unit, its line table (see LineTable); cleared with the indexes.
   std::unordered_map<const void*, std::unique_ptr<LineTable>> line_tables;
   // Per Dwarf (a module's debug data), its .debug_line bytes; null when compressed or absent.
@@ -1659,6 +1666,7 @@ struct Symbolizer::Impl {
     origin_names.clear();
     line_tables.clear();
     line_sections.clear();
+    file_names.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -1748,6 +1756,7 @@ struct Symbolizer::Impl {
 
   std::vector<SymFrame> symbolize(uintptr_t ret) {
     std::vector<SymFrame> out;
+    out.reserve(4);
     // A return address points after the call; the call itself is one byte earlier.
     const uintptr_t pc = ret > 0 ? ret - 1 : 0;
     Dwfl_Module* mod = module_at(pc);
@@ -1766,7 +1775,7 @@ struct Symbolizer::Impl {
 
     // Source line at pc, when a compilation unit covers it (a line table alone would answer
     // for code without debug info, such as _start, with the nearest row below).
-    std::string file;
+    const std::string* file = &empty_name;  // points into a line table or file_names
     int line = 0;
     Dwarf_Addr bias = 0;
     Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
@@ -1774,13 +1783,13 @@ struct Symbolizer::Impl {
     const LineTable* table = cudie != nullptr ? line_table(cudie) : nullptr;
     if (table != nullptr) {
       const std::string* src = nullptr;
-      if (table->lookup(pc - bias, src, line)) file = *src;
+      if (table->lookup(pc - bias, src, line)) file = src;
     }
     Dwfl_Line* l = cudie != nullptr && table == nullptr ? dwfl_module_getsrc(mod, pc) : nullptr;
     if (l != nullptr) {
       Dwarf_Addr line_bias = 0;
       if (Dwarf_Line* dl = dwfl_dwarf_line(l, &line_bias)) {
-        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = src;
+        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = &*file_names.emplace(src).first;
         dwarf_lineno(dl, &line);
       }
     }
@@ -1793,18 +1802,18 @@ struct Symbolizer::Impl {
         ScopeIndex::Node& node = index->nodes[i];
         if (node.tag == DW_TAG_inlined_subroutine) {
           if (node.name == nullptr) node.name = &node_name(node);
-          out.push_back({*node.name, file, line});
+          out.push_back({*node.name, *file, line});
           if (!node.have_call) {
-            call_site(&node.die, table, node.call_file, node.call_line);
+            call_site(&node.die, table, file_names, node.call_file, node.call_line);
             node.have_call = true;
           }
-          file = node.call_file;
+          file = node.call_file != nullptr ? node.call_file : &empty_name;
           line = node.call_line;
         } else if (node.tag == DW_TAG_subprogram || node.tag == DW_TAG_entry_point) {
           if (elf_name.empty() && node.name == nullptr) node.name = &node_name(node);
           const std::string& fn = elf_name.empty() ? *node.name : elf_name;
           if (!fn.empty()) {
-            out.push_back({fn, file, line});
+            out.push_back({fn, *file, line});
             have_function = true;
           }
           break;
@@ -1822,12 +1831,13 @@ struct Symbolizer::Impl {
           Dwarf_Die* d = &scopes[i];
           int tag = dwarf_tag(d);
           if (tag == DW_TAG_inlined_subroutine) {
-            out.push_back({dwarf_name_of(d), file, line});
-            call_site(d, table, file, line);
+            out.push_back({dwarf_name_of(d), *file, line});
+            call_site(d, table, file_names, file, line);
+            if (file == nullptr) file = &empty_name;
           } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
             const std::string& fn = elf_name.empty() ? dwarf_name_of(d) : elf_name;
             if (!fn.empty()) {
-              out.push_back({fn, file, line});
+              out.push_back({fn, *file, line});
               have_function = true;
             }
             break;
@@ -1843,7 +1853,7 @@ struct Symbolizer::Impl {
         uintptr_t base = info != nullptr ? info->bias : 0;
         fn = std::string(base_name(mod_path)) + "+" + hex(ret - base);
       }
-      out.push_back({std::move(fn), file, line});
+      out.push_back({std::move(fn), *file, line});
     }
     return out;
   }
