@@ -443,6 +443,11 @@ output::AllocatorSettings settings() {
   out.max_split_size = c.max_split_size == caching::kNoMaxSplit ? -1 : static_cast<int64_t>(c.max_split_size);
   out.garbage_collection_threshold = c.garbage_collection_threshold;
   out.expandable_segments = c.expandable_segments;
+  // What the allocators really do: without virtual-memory support they fall back to segments.
+  each_allocator([&](caching::CachingAllocator& a) {
+    out.expandable_segments = a.expandable_active() && c.expandable_segments;
+    return true;
+  });
   out.release_lock_on_cudamalloc = c.release_lock_on_cudamalloc;
   for (int i = 0; i < 16; ++i) out.roundup_power2_divisions[i] = c.roundup_power2_divisions[i];
   out.max_non_split_rounding = c.max_non_split_rounding;
