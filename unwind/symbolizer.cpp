@@ -1142,6 +1142,7 @@ class LineTable {
     };
     std::vector<Seq> seqs;
     std::vector<Row> read_rows;
+    read_rows.reserve(static_cast<size_t>(c.end - program) / 3);  // GCC's: about 3 bytes a row
     size_t seq_begin = 0;
     Dwarf_Addr addr = 0;
     int64_t line = 1;
@@ -1234,39 +1235,52 @@ class LineTable {
     // Rows after the last end_sequence still count (libdw keeps them).
     if (seq_begin < read_rows.size()) seqs.push_back({read_rows[seq_begin].addr, seq_begin, read_rows.size()});
 
-    // libdw's order is by (address, end_sequence rows first, read order). Sequences sorted
-    // by start address and laid end to end are mostly in that order already: where their
-    // addresses never decrease, only runs of rows at one address (an end row after rows at
-    // its own address, sequences meeting at an address) need sorting, by the rest of the key.
-    std::sort(seqs.begin(), seqs.end(), [](const Seq& a, const Seq& b) {
-      return a.start != b.start ? a.start < b.start : a.begin < b.begin;
-    });
-    std::vector<uint32_t> order;  // indices into read_rows
-    order.reserve(read_rows.size());
-    for (const Seq& s : seqs)
-      for (size_t i = s.begin; i < s.end; ++i) order.push_back(static_cast<uint32_t>(i));
-    bool ascending = true;
-    for (size_t i = 1; i < order.size() && ascending; ++i)
-      ascending = read_rows[order[i - 1]].addr <= read_rows[order[i]].addr;
-    auto rest_of_key = [&](uint32_t a, uint32_t b) {
-      if (read_rows[a].end != read_rows[b].end) return read_rows[a].end > read_rows[b].end;
-      return a < b;
+    // libdw's order is by (address, end_sequence rows first, read order). A sequence's rows
+    // usually come in that order already, but for its end row, which must go before the rows
+    // just above it at its own address; with that moved, sequences sorted by start address
+    // and laid end to end are in libdw's order wherever each neighbouring pair is, which one
+    // pass checks (across sequences, read order is the sequences'). Otherwise all rows are
+    // sorted by the rule.
+    for (const Seq& q : seqs) {
+      if (!read_rows[q.end - 1].end) continue;
+      size_t k = q.end - 1;
+      while (k > q.begin && read_rows[k - 1].addr == read_rows[q.end - 1].addr &&
+             !read_rows[k - 1].end)
+        --k;
+      if (k < q.end - 1)
+        std::rotate(read_rows.begin() + static_cast<ptrdiff_t>(k),
+                    read_rows.begin() + static_cast<ptrdiff_t>(q.end - 1),
+                    read_rows.begin() + static_cast<ptrdiff_t>(q.end));
+    }
+    const bool seqs_in_read_order = std::is_sorted(
+        seqs.begin(), seqs.end(), [](const Seq& a, const Seq& b) { return a.start < b.start; });
+    if (!seqs_in_read_order)
+      std::stable_sort(seqs.begin(), seqs.end(),
+                       [](const Seq& a, const Seq& b) { return a.start < b.start; });
+    auto before = [](const Row& a, const Row& b) {  // libdw's order, read order aside
+      return a.addr != b.addr ? a.addr < b.addr : a.end > b.end;
     };
-    if (ascending) {
-      for (size_t i = 0; i < order.size();) {
-        size_t j = i + 1;
-        while (j < order.size() && read_rows[order[j]].addr == read_rows[order[i]].addr) ++j;
-        if (j - i > 1) std::sort(order.begin() + static_cast<ptrdiff_t>(i),
-                                 order.begin() + static_cast<ptrdiff_t>(j), rest_of_key);
-        i = j;
+    bool in_order = true;
+    for (size_t n = 0; n < seqs.size() && in_order; ++n) {
+      const Seq& q = seqs[n];
+      for (size_t i = q.begin + 1; i < q.end && in_order; ++i)
+        in_order = !before(read_rows[i], read_rows[i - 1]);
+      if (n > 0 && in_order) {
+        const Row& a = read_rows[seqs[n - 1].end - 1];
+        const Row& b = read_rows[q.begin];
+        in_order = before(a, b) || (!before(b, a) && seqs[n - 1].begin < q.begin);
       }
-      rows_.reserve(order.size());
-      for (uint32_t i : order) rows_.push_back(read_rows[i]);
+    }
+    if (in_order && seqs_in_read_order) {
+      rows_ = std::move(read_rows);
+    } else if (in_order) {
+      rows_.reserve(read_rows.size());
+      for (const Seq& q : seqs)
+        rows_.insert(rows_.end(), read_rows.begin() + static_cast<ptrdiff_t>(q.begin),
+                     read_rows.begin() + static_cast<ptrdiff_t>(q.end));
     } else {
       rows_ = std::move(read_rows);
-      std::stable_sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) {
-        return a.addr != b.addr ? a.addr < b.addr : a.end > b.end;
-      });
+      std::stable_sort(rows_.begin(), rows_.end(), before);
     }
     if (!rows_.empty()) rows_.back().end = 1;
     return true;
