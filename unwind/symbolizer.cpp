@@ -704,12 +704,24 @@ struct ScopeIndex {
       return;
     }
     if (a->children) walk(unit, p, -1, 0, 0);
-    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-      if (a.slot != b.slot) return a.slot < b.slot;
-      return a.low != b.low ? a.low < b.low : a.node < b.node;
-    });
+    // Ranges by (slot, low, node): placed by slot (counts are known), then each slot's few
+    // ranges sorted, mostly in order already.
     slot_begin.assign(slot_count.size() + 1, 0);
     for (size_t s = 0; s < slot_count.size(); ++s) slot_begin[s + 1] = slot_begin[s] + slot_count[s];
+    {
+      std::vector<Range> placed(ranges.size());
+      std::vector<size_t> next(slot_begin.begin(), slot_begin.end() - 1);
+      for (const Range& r : ranges) placed[next[static_cast<size_t>(r.slot)]++] = r;
+      ranges = std::move(placed);
+    }
+    auto by_low = [](const Range& a, const Range& b) {
+      return a.low != b.low ? a.low < b.low : a.node < b.node;
+    };
+    for (size_t s = 0; s < slot_count.size(); ++s) {
+      auto b = ranges.begin() + static_cast<ptrdiff_t>(slot_begin[s]);
+      auto e = ranges.begin() + static_cast<ptrdiff_t>(slot_begin[s + 1]);
+      if (!std::is_sorted(b, e, by_low)) std::sort(b, e, by_low);
+    }
     max_high.resize(ranges.size());
     for (size_t s = 0; s < slot_count.size(); ++s) {
       Dwarf_Addr m = 0;
