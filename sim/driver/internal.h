@@ -226,6 +226,9 @@ CUresult stream_take_error(CUstream_st& s);
 // What a synchronous memcpy/memset/free waits for: the legacy stream and, through it, every
 // blocking stream of the context (or the per-thread stream for the _ptds variants).
 void sync_before_blocking_op(CUctx_st* ctx, bool ptds);
+// What cuMemFree waits for: all work of the context, non-blocking streams included (the real
+// free synchronizes the device), without consuming the errors a later synchronize reports.
+void sync_before_free(CUctx_st* ctx);
 CUresult ctx_synchronize(CUctx_st* ctx);
 void ctx_streams_init(CUctx_st* ctx);
 void ctx_streams_teardown(CUctx_st* ctx);

@@ -67,7 +67,7 @@ CUresult free_device_memory(uint64_t addr) {
   if (!a || a->base != addr || !freeable_by_cuMemFree(*a)) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* sync_ctx = a->ctx;
   if (sync_ctx == nullptr && current_ctx(&sync_ctx) != CUDA_SUCCESS) sync_ctx = nullptr;
-  if (sync_ctx != nullptr && ctx_valid(sync_ctx)) sync_before_blocking_op(sync_ctx, false);
+  if (sync_ctx != nullptr && ctx_valid(sync_ctx)) sync_before_free(sync_ctx);
   const uint64_t id = a->buffer_id;
   a = registry_take(addr, [id](const Allocation& e) { return e.buffer_id == id && freeable_by_cuMemFree(e); });
   if (!a) return CUDA_ERROR_INVALID_VALUE;  // lost a race with another free

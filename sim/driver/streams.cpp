@@ -241,6 +241,11 @@ void sync_before_blocking_op(CUctx_st* c, bool ptds) {
   if (c->legacy) drain_all(*c->legacy);
 }
 
+void sync_before_free(CUctx_st* c) {
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  drain_ctx(c);
+}
+
 CUresult ctx_synchronize(CUctx_st* c) {
   CUresult err;
   {

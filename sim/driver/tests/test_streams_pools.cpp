@@ -257,3 +257,19 @@ TEST_CASE("explicit pools, current pool and the 13.0 location API", "[pools]") {
   CU_OK(cuMemPoolGetAccess(&access, dflt, &loc));
   CHECK(access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 }
+
+TEST_CASE("cuMemFree waits for every stream's queued work, non-blocking streams included", "[streams]") {
+  use_primary(0);
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p;
+  CU_OK(cuMemAlloc(&p, 4096));
+  CU_OK(cuMemsetD8(p, 0x5a, 4096));
+  unsigned char host[16] = {};
+  CU_OK(cuMemcpyDtoHAsync(host, p, 16, s));  // reads p: must run before p is gone
+  CHECK(host[0] == 0);                         // queued, not run
+  CU_OK(cuMemFree(p));
+  CHECK(host[0] == 0x5a);
+  CHECK(host[15] == 0x5a);
+  CU_OK(cuStreamDestroy(s));
+}
