@@ -287,7 +287,7 @@ class UnitReader {
     bool have_low = false, have_high = false, high_is_offset = false;
     Dwarf_Addr low = 0, high = 0;
     // Reads one of the attributes the walk wants, its value at v.
-    auto take = [&](unsigned name, unsigned form, const unsigned char* v) {
+    auto take = [&](unsigned name, unsigned form, const unsigned char* v) __attribute__((always_inline)) {
       if (name == DW_AT_sibling) {
         const unsigned char* target = ref_target(form, v);
         if (target == nullptr || target < die_addr || target > end_) return false;
@@ -1165,8 +1165,8 @@ class LineTable {
       return true;
     };
     auto advance = [&](uint64_t ops) {
-      if (ops > 0xffffffffu) return false;  // libdw holds it in 32 bits
-      addr += static_cast<uint64_t>(min_len) * ops;
+      if (ops > 0xffffffffu) return false;  // libdw reads it into 32 bits
+      addr += static_cast<uint32_t>(min_len * static_cast<uint32_t>(ops));  // and multiplies so
       return true;
     };
     while (p.p < p.end) {
