@@ -851,9 +851,10 @@ struct ScopeIndex {
 //    directory 0 is the unit's DW_AT_comp_dir (no directory and no "/" without one), file 0
 //    is "???", and files count from 1. DWARF 5: both tables as written, file 0 included.
 //  - A file index past the table gives no name (""), the line still counts.
-// Anything else libdw treats specially (DW_LNE_define_file, bad or oversized values it would
-// reject, forms other than string/strp/line_strp and constants, compressed sections, 64-bit
-// DWARF mixed with 32-bit) leaves the table unusable, and the caller asks libdw.
+// Anything else (DW_LNE_define_file, vendor extended opcodes, more than one operation per
+// instruction, values libdw would reject or truncate, entry forms other than string, strp,
+// line_strp and constants, compressed sections, 64-bit line tables in 32-bit units) leaves
+// the table unusable, and the caller asks libdw.
 class LineTable {
  public:
   // A module's sections the tables are read from; a null line section: none usable.
