@@ -429,6 +429,20 @@ void settle_pending_frees() {
   });
 }
 
+void after_fork_child() {
+  new (&g_table_mu) std::mutex();
+  const int n = g_used.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    Slot& s = g_slots[i];
+    // Leaked on purpose: their destructors would lock and call the parent's driver state.
+    s.ctx.store(nullptr, std::memory_order_relaxed);
+    s.alloc = nullptr;
+    s.recording = nullptr;
+    s.backend = nullptr;
+  }
+  g_used.store(0, std::memory_order_release);
+}
+
 void drop_context(CUcontext ctx) { take_down(ctx, true); }
 void forget_context(CUcontext ctx) { take_down(ctx, false); }
 

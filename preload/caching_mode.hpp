@@ -54,6 +54,11 @@ void drop_context(CUcontext ctx);
 // The context is already gone: forget its allocator without touching the driver.
 void forget_context(CUcontext ctx);
 
+// In a forked child: the parent's contexts are unusable there (CUDA does not survive fork), so
+// every allocator is abandoned as it stands — no driver call, no lock taken (another thread of
+// the parent may have held one at the fork). A context the child creates gets a fresh one.
+void after_fork_child();
+
 // What the snapshot's allocator_settings say.
 output::AllocatorSettings settings();
 

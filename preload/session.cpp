@@ -63,6 +63,7 @@ void fork_child() {
   g_session->recorder.reset_after_fork();
   g_session->stacks.clear();
   g_session->owners.clear();
+  caching_mode::after_fork_child();
   g_dump_sequence.store(0);
   t_state.in_hook = false;
   dump_triggers_after_fork();

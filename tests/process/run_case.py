@@ -1113,13 +1113,20 @@ def case_thread_exit(ctx):
 
 @case
 def case_fork_child(ctx):
+    """A forked child records and writes its own snapshot, holding only its own allocations; in
+    caching mode the child starts with no allocator (the parent's segments are not its own)."""
     ctx.need_preload()
     ctx.need_sim()
+    for mode in ("passthrough", "caching"):
+        fork_child_once(ctx, mode)
+
+
+def fork_child_once(ctx, mode):
     prog = ctx.program("fork_child")
-    outdir = os.path.join(ctx.tmp, "fork")
+    outdir = os.path.join(ctx.tmp, "fork-" + mode)
     os.makedirs(outdir)
-    r = ctx.run([prog], output=os.path.join(outdir, "mt-%p.pickle"))
-    expect_ok(r, "fork_child")
+    r = ctx.run([prog], output=os.path.join(outdir, "mt-%p.pickle"), env={"MEMTRACE_ALLOCATOR": mode})
+    expect_ok(r, f"fork_child ({mode})")
     child = ProgramOutput(r.stdout, child=True)
     check(child.done, f"the child did not finish\n{r.describe()}")
     check(r.out.values.get("CHILD_STATUS") == [["0"]], f"child status {r.out.values.get('CHILD_STATUS')}")
@@ -1132,9 +1139,17 @@ def case_fork_child(ctx):
     child_snap = Snapshot(os.path.join(outdir, f"mt-{cpid}.pickle"))
     for who, snap, out in (("parent", parent_snap, r.out), ("child", child_snap, child)):
         try:
-            check_against_program(snap, out, exact=True, category="fork_child")
+            if mode == "caching":
+                check_caching_snapshot(snap, out)
+                # Every block the process allocated lies in a segment its own trace created.
+                made = [(e["addr"], e["addr"] + e["size"]) for e in snap.actions("segment_alloc")]
+                for e in snap.actions("alloc"):
+                    check(any(lo <= e["addr"] < hi for lo, hi in made),
+                          f"alloc at {hex(e['addr'])} lies in no segment this process allocated")
+            else:
+                check_against_program(snap, out, exact=True, category="fork_child")
         except Failure as f:
-            fail(f"{who}'s snapshot: {f}\n{r.describe()}")
+            fail(f"{mode}: {who}'s snapshot: {f}\n{r.describe()}")
         ctx.check_snapshot_tool(snap.path)
     child_sizes = {e[3] for e in child.allocs("dev")}
     parent_sizes = {e[3] for e in r.out.allocs("dev")}
