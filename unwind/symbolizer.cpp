@@ -284,6 +284,9 @@ class UnitReader {
     if (code == 0) return &null_;
     const Abbrev* a = abbrev(code, die_addr);
     if (a == nullptr) return nullptr;
+    // A DIE with neither children nor an address range (parameters, variables, members:
+    // most DIEs) is only stepped over, so none of its values are read.
+    if (!a->children && !a->may_have_pc) at = nullptr;
     bool have_low = false, have_high = false, high_is_offset = false;
     Dwarf_Addr low = 0, high = 0;
     // Reads one of the attributes the walk wants, its value at v.
