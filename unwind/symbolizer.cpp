@@ -1330,6 +1330,29 @@ const std::string* line_table_file(const LineTable* table, uint64_t index) {
 // Symbol values are not "resolved" (function descriptors, ppc64 ELFv1 .opd): libdwfl does
 // that only for ppc64; elsewhere dwfl_module_addrinfo sees the values dwfl_module_getsym_info
 // returns, as this index does.
+// Sorts by .first, stably: a radix sort a byte at a time, skipping the bytes every key shares
+// (a module's addresses differ in their low few bytes only). std::sort's comparisons cost
+// several times more on a symbol table.
+template <class T>
+void radix_sort_by_first(std::vector<std::pair<uint64_t, T>>& v) {
+  if (v.size() < 2) return;
+  uint64_t any = 0, all = ~uint64_t{0};
+  for (const auto& e : v) {
+    any |= e.first;
+    all &= e.first;
+  }
+  const uint64_t varying = any ^ all;
+  std::vector<std::pair<uint64_t, T>> out(v.size());
+  for (unsigned shift = 0; shift < 64; shift += 8) {
+    if (((varying >> shift) & 0xff) == 0) continue;
+    size_t at[257] = {};
+    for (const auto& e : v) ++at[((e.first >> shift) & 0xff) + 1];
+    for (size_t b = 1; b < 257; ++b) at[b] += at[b - 1];
+    for (const auto& e : v) out[at[(e.first >> shift) & 0xff]++] = e;
+    v.swap(out);
+  }
+}
+
 class SymbolIndex {
  public:
   explicit SymbolIndex(Dwfl_Module* mod) : mod_(mod) {
@@ -1406,9 +1429,16 @@ class SymbolIndex {
         if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
         syms.push_back({value, sym.st_size, name, shndx, i, binding_value(sym.st_info)});
       }
-      std::sort(syms.begin(), syms.end(), [](const Sym& a, const Sym& b) {
-        return a.value != b.value ? a.value < b.value : a.ndx < b.ndx;
-      });
+      // By (value, ndx): syms are in ndx order, so a stable sort of (value, position) keys
+      // (small to move) gives it; the symbols are placed after.
+      std::vector<std::pair<uint64_t, size_t>> keys(syms.size());
+      for (size_t i = 0; i < syms.size(); ++i) keys[i] = {syms[i].value, i};
+      radix_sort_by_first(keys);
+      {
+        std::vector<Sym> sorted(syms.size());
+        for (size_t i = 0; i < keys.size(); ++i) sorted[i] = syms[keys[i].second];
+        syms = std::move(sorted);
+      }
       values.reserve(syms.size());
       max_ends.reserve(syms.size());
       GElf_Addr m = 0;
@@ -1431,16 +1461,31 @@ class SymbolIndex {
         bool start;
         int sym;
       };
-      std::vector<Event> events;
+      // Starts come in syms order, already by address; only the ends are sorted, then the
+      // two merged. Among events at one address the order does not matter (all are applied
+      // before the fold), except that a start goes first.
+      std::vector<std::pair<uint64_t, int>> ends;
+      size_t sized = 0;
       for (size_t i = 0; i < syms.size(); ++i) {
         if (syms[i].size == 0) continue;
+        ++sized;
         GElf_Addr end = syms[i].value + syms[i].size;
         if (end < syms[i].value) end = ~GElf_Addr{0};  // wraps: covers the rest of the space
-        events.push_back({syms[i].value, true, static_cast<int>(i)});
-        events.push_back({end, false, static_cast<int>(i)});
+        ends.push_back({end, static_cast<int>(i)});
       }
-      std::sort(events.begin(), events.end(),
-                [](const Event& a, const Event& b) { return a.at < b.at; });
+      radix_sort_by_first(ends);
+      std::vector<Event> events;
+      events.reserve(2 * sized);
+      {
+        size_t e = 0;
+        for (size_t i = 0; i < syms.size(); ++i) {
+          if (syms[i].size == 0) continue;
+          for (; e < ends.size() && ends[e].first < syms[i].value; ++e)
+            events.push_back({ends[e].first, false, ends[e].second});
+          events.push_back({syms[i].value, true, static_cast<int>(i)});
+        }
+        for (; e < ends.size(); ++e) events.push_back({ends[e].first, false, ends[e].second});
+      }
       std::vector<int> active;  // indices into syms, by ndx (table order)
       auto by_ndx = [this](int a, int b) { return syms[a].ndx < syms[b].ndx; };
       for (size_t e = 0; e < events.size();) {
