@@ -326,8 +326,11 @@ TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") 
     if (t.name.empty()) plan.push_back({&t, 300});
     if (base_name(t.name) == "libunwind_symtest.so") plan.push_back({&t, 3000});
     if (base_name(t.name) == "libunwind_symtest_dwarf4.so") plan.push_back({&t, 2000});
+    // A large symbol table with many aliases (symbols sharing an address) and nested sized
+    // symbols: the symbol index's order and segments.
+    if (base_name(t.name).rfind("libstdc++.so", 0) == 0) plan.push_back({&t, 2000});
   }
-  REQUIRE(plan.size() == 3);
+  REQUIRE(plan.size() == 4);
 
   Dwfl_Callbacks cb{};
   char* debuginfo_path = nullptr;
