@@ -72,6 +72,7 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
       {"MEMTRACE_MAX_ENTRIES", "-5", "using 500000"},
       {"MEMTRACE_SKIP_ACTIONS", "alloc,bogus", "skipping none"},
       {"MEMTRACE_OUTPUT", "", "MEMTRACE_OUTPUT is empty"},
+      {"MEMTRACE_PYTHON", "always", "using auto"},
   };
   for (const Case& k : cases) {
     g_env = {{k.var, k.value}};
@@ -86,6 +87,19 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
     CHECK(c.stack_depth == d.stack_depth);
     CHECK(c.max_entries == d.max_entries);
     CHECK(c.summary == d.summary);
+    CHECK(c.python == d.python);
+  }
+}
+
+TEST_CASE("MEMTRACE_PYTHON: auto, gil, off") {
+  for (auto [value, want] : {std::pair{"auto", PythonMode::Auto}, std::pair{"gil", PythonMode::Gil},
+                             std::pair{"off", PythonMode::Off}, std::pair{"0", PythonMode::Off}}) {
+    g_env = {{"MEMTRACE_PYTHON", value}};
+    StderrCapture cap;
+    Config c = parse_config(&fake_getenv);
+    INFO(value);
+    CHECK(cap.text().empty());
+    CHECK(c.python == want);
   }
 }
 
