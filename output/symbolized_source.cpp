@@ -34,7 +34,7 @@ void SymbolizedFrameSource::frames(uint32_t stack_id, std::vector<FrameRef>* out
     if (!self_.empty() && module == self_) continue;  // memtrace's own frames never show
     std::string_view module_name;
     bool module_interned = false;
-    // The symbolizer keeps its frame vectors for its lifetime, so their strings can be viewed.
+    // The symbolizer keeps the strings its frames view for its lifetime.
     for (const unwind::SymFrame& f : sym_.frames(pc)) {
       FrameRef r;
       if (!f.file.empty()) {

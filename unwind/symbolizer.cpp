@@ -24,6 +24,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -34,20 +35,28 @@ namespace memtrace::unwind {
 
 namespace {
 
-std::string demangle(const char* name) {
-  if (name == nullptr) return {};
-  if (name[0] == '_' && name[1] == 'Z') {
-    int status = 0;
-    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-    if (d != nullptr && status == 0) {
-      std::string s(d);
-      std::free(d);
-      return s;
+// The demangled spelling of name (itself when it is not a mangled C++ name), in buf: one
+// buffer reused for every name, since __cxa_demangle's result would otherwise be a fresh
+// allocation each time.
+struct Demangler {
+  char* buf = nullptr;
+  size_t cap = 0;
+  ~Demangler() { std::free(buf); }
+  std::string_view operator()(std::string_view name) {
+    if (name.size() > 2 && name[0] == '_' && name[1] == 'Z') {
+      int status = 0;
+      // __cxa_demangle wants a terminated string; names from symbol tables are, but a
+      // version-stripped one ("f@@V") is not.
+      std::string copy;
+      const char* z = name.data();
+      if (z[name.size()] != '\0') z = (copy = name).c_str();
+      char* d = abi::__cxa_demangle(z, buf, &cap, &status);
+      if (d != nullptr) buf = d;
+      if (d != nullptr && status == 0) return buf;
     }
-    std::free(d);
+    return name;
   }
-  return name;
-}
+};
 
 std::string hex(uint64_t v) {
   char buf[20];
@@ -1583,7 +1592,26 @@ struct Symbolizer::Impl {
   char* debuginfo_path = nullptr;  // null: libdwfl's default search path
   Dwfl* dwfl = nullptr;
   std::deque<ModuleInfo> modules;  // a deque: module_of() hands out views of paths
-  std::unordered_map<uintptr_t, std::vector<SymFrame>> cache;
+  // Frames of every address symbolized so far, by return address. They sit in blocks that
+  // never move (a span per address), so one allocation serves thousands of addresses.
+  std::unordered_map<uintptr_t, std::span<const SymFrame>> cache;
+  std::vector<std::unique_ptr<SymFrame[]>> frame_blocks;
+  SymFrame* block_next = nullptr;
+  size_t block_left = 0;
+  std::vector<SymFrame> out;  // symbolize()'s answer, reused
+
+  std::span<const SymFrame> store(const std::vector<SymFrame>& frames) {
+    if (frames.size() > block_left) {
+      block_left = std::max<size_t>(4096, frames.size());
+      frame_blocks.push_back(std::make_unique<SymFrame[]>(block_left));
+      block_next = frame_blocks.back().get();
+    }
+    SymFrame* at = block_next;
+    std::copy(frames.begin(), frames.end(), at);
+    block_next += frames.size();
+    block_left -= frames.size();
+    return {at, frames.size()};
+  }
   // Per compilation unit (keyed by the address of its DIE in the mapped debug data), the
   // scope index; cleared whenever the module list is re-read, since modules may have gone.
   std::unordered_map<const void*, std::unique_ptr<ScopeIndex>> scope_indexes;
@@ -1591,24 +1619,37 @@ struct Symbolizer::Impl {
   std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
   uint64_t generation = 0;
   std::vector<LoadedObject> unloaded;  // add_unloaded_modules()
-  // Demangled names by the address of the mangled string in the module's mapped symbol
-  // table or debug data: each distinct name is demangled once (__cxa_demangle dominates the
-  // cost of a symbol-table lookup). Cleared with the indexes. Kept apart since symbol-table
-  // names lose a version suffix first.
-  std::unordered_map<const char*, std::string> elf_names, dwarf_names;
+  // Every string a SymFrame views (names, file names, module+0xoffset), kept for the
+  // Symbolizer's lifetime: frames handed out stay valid when the module list is re-read.
+  // A node-based set, so that its strings never move.
+  std::unordered_set<std::string> text;
+  const std::string* keep(std::string_view s) { return &*text.emplace(s).first; }
+  std::deque<std::string> names;  // demangled names, each once (see below): no set needed
   const std::string empty_name;
+
+  // Demangled names: first by the address of the mangled string in the module's mapped
+  // symbol table or debug data, then by its content, since one name often sits at two
+  // addresses (.strtab and .debug_str); each distinct name is demangled once, as
+  // __cxa_demangle dominates the cost of a lookup. The maps view mapped data, so they are
+  // cleared whenever the module list is re-read.
+  Demangler demangler;
+  std::unordered_map<const char*, const std::string*> elf_names, dwarf_names;
+  std::unordered_map<std::string_view, const std::string*> by_mangled;
+
+  const std::string* demangled(std::string_view mangled) {
+    auto [it, fresh] = by_mangled.try_emplace(mangled);
+    if (fresh) it->second = &names.emplace_back(demangler(mangled));
+    return it->second;
+  }
 
   const std::string& elf_name_of(const char* raw) {
     auto [it, fresh] = elf_names.try_emplace(raw);
     if (fresh) {
       // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
-      if (const char* at = std::strchr(raw, '@')) {
-        it->second = demangle(std::string(raw, at).c_str());
-      } else {
-        it->second = demangle(raw);
-      }
+      const char* at = std::strchr(raw, '@');
+      it->second = demangled(at != nullptr ? std::string_view(raw, at - raw) : std::string_view(raw));
     }
-    return it->second;
+    return *it->second;
   }
 
   // The demangled name of a DIE (see die_raw_name); "" when it has none.
@@ -1616,16 +1657,13 @@ struct Symbolizer::Impl {
     const char* raw = die_raw_name(die);
     if (raw == nullptr) return empty_name;
     auto [it, fresh] = dwarf_names.try_emplace(raw);
-    if (fresh) it->second = demangle(raw);
-    return it->second;
+    if (fresh) it->second = demangled(raw);
+    return *it->second;
   }
 
-  // File names libdw gave (where no line table of ours answers), kept for the views
-  // ScopeIndex nodes hold; cleared with the indexes.
-  std::unordered_set<std::string> file_names;
-
-  // Per compilation unit, its line table (see LineTable); cleared with the indexes.
+  // Per compilation unit, its line table (see LineTable); retired with the indexes.
   std::unordered_map<const void*, std::unique_ptr<LineTable>> line_tables;
+  std::vector<std::unique_ptr<LineTable>> retired_line_tables;
   // Per Dwarf (a module's debug data), its .debug_line bytes; null when compressed or absent.
   std::unordered_map<Dwarf*, LineTable::Sections> line_sections;
 
@@ -1739,9 +1777,11 @@ struct Symbolizer::Impl {
     elf_names.clear();
     dwarf_names.clear();
     origin_names.clear();
+    by_mangled.clear();
+    // Frames handed out view the tables' file names: the tables are kept, unused.
+    for (auto& [cu, table] : line_tables) retired_line_tables.push_back(std::move(table));
     line_tables.clear();
     line_sections.clear();
-    file_names.clear();
     char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
     std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
     dwfl_report_begin(dwfl);
@@ -1829,15 +1869,15 @@ struct Symbolizer::Impl {
     return userdata != nullptr ? static_cast<ModuleInfo*>(*userdata) : nullptr;
   }
 
-  std::vector<SymFrame> symbolize(uintptr_t ret) {
-    std::vector<SymFrame> out;
-    out.reserve(4);
+  // Fills out.
+  void symbolize(uintptr_t ret) {
+    out.clear();
     // A return address points after the call; the call itself is one byte earlier.
     const uintptr_t pc = ret > 0 ? ret - 1 : 0;
     Dwfl_Module* mod = module_at(pc);
     if (mod == nullptr) {
-      out.push_back({"[unknown]+" + hex(ret), "", 0});
-      return out;
+      out.push_back({*keep("[unknown]+" + hex(ret)), "", 0});
+      return;
     }
     ModuleInfo* info = info_of(mod);
 
@@ -1850,7 +1890,7 @@ struct Symbolizer::Impl {
 
     // Source line at pc, when a compilation unit covers it (a line table alone would answer
     // for code without debug info, such as _start, with the nearest row below).
-    const std::string* file = &empty_name;  // points into a line table or file_names
+    const std::string* file = &empty_name;  // points into a line table or text
     int line = 0;
     Dwarf_Addr bias = 0;
     Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
@@ -1864,7 +1904,7 @@ struct Symbolizer::Impl {
     if (l != nullptr) {
       Dwarf_Addr line_bias = 0;
       if (Dwarf_Line* dl = dwfl_dwarf_line(l, &line_bias)) {
-        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = &*file_names.emplace(src).first;
+        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = keep(src);
         dwarf_lineno(dl, &line);
       }
     }
@@ -1879,7 +1919,7 @@ struct Symbolizer::Impl {
           if (node.name == nullptr) node.name = &node_name(node);
           out.push_back({*node.name, *file, line});
           if (!node.have_call) {
-            call_site(&node.die, table, file_names, node.call_file, node.call_line);
+            call_site(&node.die, table, text, node.call_file, node.call_line);
             node.have_call = true;
           }
           file = node.call_file != nullptr ? node.call_file : &empty_name;
@@ -1907,7 +1947,7 @@ struct Symbolizer::Impl {
           int tag = dwarf_tag(d);
           if (tag == DW_TAG_inlined_subroutine) {
             out.push_back({dwarf_name_of(d), *file, line});
-            call_site(d, table, file_names, file, line);
+            call_site(d, table, text, file, line);
             if (file == nullptr) file = &empty_name;
           } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
             const std::string& fn = elf_name.empty() ? dwarf_name_of(d) : elf_name;
@@ -1922,25 +1962,27 @@ struct Symbolizer::Impl {
       std::free(scopes);
     }
     if (!have_function) {
-      std::string fn = elf_name;
-      if (fn.empty()) {
+      const std::string* fn = &elf_name;
+      if (fn->empty()) {
         std::string_view mod_path = info != nullptr ? std::string_view(info->path) : "";
         uintptr_t base = info != nullptr ? info->bias : 0;
-        fn = std::string(base_name(mod_path)) + "+" + hex(ret - base);
+        fn = keep(std::string(base_name(mod_path)) + "+" + hex(ret - base));
       }
-      out.push_back({std::move(fn), *file, line});
+      out.push_back({*fn, *file, line});
     }
-    return out;
   }
 };
 
 Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
 Symbolizer::~Symbolizer() = default;
 
-const std::vector<SymFrame>& Symbolizer::frames(uintptr_t return_address) {
-  auto it = impl_->cache.find(return_address);
-  if (it != impl_->cache.end()) return it->second;
-  return impl_->cache.emplace(return_address, impl_->symbolize(return_address)).first->second;
+std::span<const SymFrame> Symbolizer::frames(uintptr_t return_address) {
+  auto [it, fresh] = impl_->cache.try_emplace(return_address);
+  if (fresh) {
+    impl_->symbolize(return_address);
+    it->second = impl_->store(impl_->out);
+  }
+  return it->second;
 }
 
 std::string_view Symbolizer::module_of(uintptr_t address) {

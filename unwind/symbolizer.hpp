@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,11 +13,13 @@
 
 namespace memtrace::unwind {
 
+// The views stay valid for the Symbolizer's lifetime (it keeps every string it hands out
+// once, however many frames share it).
 struct SymFrame {
-  std::string function;  // demangled; "module+0xoffset" when nothing better exists
-                         // (module: file name; offset: of the return address from the
-                         // load bias); "[unknown]+0xaddress" outside every module
-  std::string file;      // "" when unknown (the module path is used by callers then)
+  std::string_view function;  // demangled; "module+0xoffset" when nothing better exists
+                              // (module: file name; offset: of the return address from the
+                              // load bias); "[unknown]+0xaddress" outside every module
+  std::string_view file;      // "" when unknown (the module path is used by callers then)
   int line = 0;
 };
 
@@ -38,8 +41,8 @@ class Symbolizer {
   Symbolizer& operator=(const Symbolizer&) = delete;
 
   // Frames for one return address, innermost first (inlined frames expanded). Never empty.
-  // The reference stays valid for the Symbolizer's lifetime.
-  const std::vector<SymFrame>& frames(uintptr_t return_address);
+  // The span stays valid for the Symbolizer's lifetime; asking again gives the same one.
+  std::span<const SymFrame> frames(uintptr_t return_address);
   // Path of the module containing the address, "" if none.
   std::string_view module_of(uintptr_t address);
   // The module map: the objects loaded at construction (per the dynamic loader), plus any

@@ -57,7 +57,7 @@ TEST_CASE("symbolizer: static function of a program without -rdynamic", "[symbol
   CHECK(f[0].line == g_exe_line);
   CHECK(sym.module_of(pcs[1]) == unwind_test::exe_path());
   // Cached: the same vector again.
-  CHECK(&sym.frames(pcs[1]) == &f);
+  CHECK(sym.frames(pcs[1]).data() == f.data());
 }
 
 TEST_CASE("symbolizer: inlined frames, innermost first, demangled", "[symbolizer]") {
@@ -398,17 +398,17 @@ TEST_CASE("symbolizer: DWARF 4 library", "[symbolizer]") {
       &out, 2);
   REQUIRE(out.n > 0);
   Symbolizer sym;
-  const std::vector<memtrace::unwind::SymFrame>* in_lib = nullptr;
+  std::span<const memtrace::unwind::SymFrame> in_lib;
   uintptr_t pc = 0;
-  for (int i = 0; i < out.n && in_lib == nullptr; ++i)
+  for (int i = 0; i < out.n && in_lib.empty(); ++i)
     if (base_name(sym.module_of(out.pcs[i] - 1)) == "libunwind_symtest_dwarf4.so") {
       pc = out.pcs[i] - 1;
-      in_lib = &sym.frames(out.pcs[i]);
+      in_lib = sym.frames(out.pcs[i]);
     }
-  REQUIRE(in_lib != nullptr);
-  const auto& f = *in_lib;
+  REQUIRE(!in_lib.empty());
+  const auto f = in_lib;
   std::string shown;
-  for (const auto& fr : f) shown += fr.function + " " + fr.file + ":" + std::to_string(fr.line) + "\n";
+  for (const auto& fr : f) shown += std::string(fr.function) + " " + std::string(fr.file) + ":" + std::to_string(fr.line) + "\n";
   INFO(shown);
   // header_step (inlined, in the header) <- twice (inlined) <- run.
   REQUIRE(f.size() == 3);
