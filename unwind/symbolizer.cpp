@@ -246,6 +246,16 @@ class UnitReader {
     };
     std::vector<Wanted> wanted;
     std::vector<std::pair<uint16_t, uint16_t>> attrs;  // (name, form)
+    // How to step over a DIE whose values are not read, when some forms vary in size: each
+    // step skips `before` fixed bytes, then one value of a variable form; `tail` bytes end it.
+    // Empty (and `plan_ok` false) when a form needs the generic loop (DW_FORM_indirect).
+    struct Step {
+      uint32_t before;
+      uint16_t form;
+    };
+    std::vector<Step> plan;
+    uint32_t tail = 0;
+    bool plan_ok = false;
   };
   // What the walk needs of one DIE's attribute values.
   struct Attrs {
@@ -326,7 +336,15 @@ class UnitReader {
       }
       return true;
     };
-    if (a->fixed_size >= 0) {
+    if (at == nullptr && a->fixed_size < 0 && a->plan_ok) {
+      for (const Abbrev::Step& st : a->plan) {
+        if (st.before > static_cast<size_t>(end_ - p)) return nullptr;
+        p += st.before;
+        if (!skip_variable(p, st.form)) return nullptr;
+      }
+      if (a->tail > static_cast<size_t>(end_ - p)) return nullptr;
+      p += a->tail;
+    } else if (a->fixed_size >= 0) {
       if (a->fixed_size > end_ - p) return nullptr;
       if (at != nullptr)
         for (const Abbrev::Wanted& w : a->wanted)
@@ -416,6 +434,70 @@ class UnitReader {
     return fail();
   }
 
+  const unsigned char* end() const { return end_; }
+
+  // .debug_str and .debug_line_str, for the names naming() reads; null when absent or
+  // compressed (then names in them are left to libdw).
+  struct Strings {
+    const unsigned char* str = nullptr;
+    size_t str_size = 0;
+    const unsigned char* line_str = nullptr;
+    size_t line_str_size = 0;
+  };
+  Strings strings;
+
+  // What naming a function needs from one DIE: the first value of each attribute below.
+  struct Naming {
+    const char* linkage = nullptr;  // DW_AT_linkage_name
+    const char* mips = nullptr;     // DW_AT_MIPS_linkage_name
+    const char* name = nullptr;     // DW_AT_name
+    const unsigned char* origin = nullptr;  // DW_AT_abstract_origin, within this unit
+    const unsigned char* spec = nullptr;    // DW_AT_specification, within this unit
+    bool has_call_file = false, has_call_line = false;
+    uint64_t call_file = 0, call_line = 0;
+  };
+  // Reads the DIE at die_addr; false when any of those attributes uses a form left to libdw
+  // (string offsets tables, references out of the unit, implicit constants, ...).
+  bool naming(const unsigned char* die_addr, Naming& out) {
+    const unsigned char* p = die_addr;
+    uint64_t code = 0;
+    if (!uleb(p, code) || code == 0) return false;
+    const Abbrev* a = abbrev(code, die_addr);
+    if (a == nullptr) return false;
+    for (auto [name, form] : a->attrs) {
+      const unsigned char* v = p;
+      if (!skip(p, form)) return false;
+      switch (name) {
+        case DW_AT_linkage_name:
+          if (out.linkage == nullptr && (out.linkage = string_at(form, v)) == nullptr) return false;
+          break;
+        case DW_AT_MIPS_linkage_name:
+          if (out.mips == nullptr && (out.mips = string_at(form, v)) == nullptr) return false;
+          break;
+        case DW_AT_name:
+          if (out.name == nullptr && (out.name = string_at(form, v)) == nullptr) return false;
+          break;
+        case DW_AT_abstract_origin:
+        case DW_AT_specification: {
+          const unsigned char*& slot = name == DW_AT_abstract_origin ? out.origin : out.spec;
+          if (slot != nullptr) break;
+          slot = ref_target(form, v);
+          if (slot == nullptr || slot < unit_ || slot >= end_) return false;
+          break;
+        }
+        case DW_AT_call_file:
+          if (!out.has_call_file && !(out.has_call_file = constant(form, v, out.call_file))) return false;
+          break;
+        case DW_AT_call_line:
+          if (!out.has_call_line && !(out.has_call_line = constant(form, v, out.call_line))) return false;
+          break;
+        default:
+          break;
+      }
+    }
+    return true;
+  }
+
   // Skips the sibling list starting at p (a DIE's children); the position after its end.
   const unsigned char* skip_children(const unsigned char* p, int depth) {
     if (depth > 256) return nullptr;
@@ -472,6 +554,35 @@ class UnitReader {
     uint64_t x = 0;
     std::memcpy(&x, v, n);  // little-endian host; the data was loaded into this process
     return x;
+  }
+
+  // A string attribute's value (at v); null for forms left to libdw or a bad offset.
+  const char* string_at(unsigned form, const unsigned char* v) const {
+    auto in = [&](const unsigned char* sec, size_t size) -> const char* {
+      uint64_t off = fixed(v, offset_size_);
+      if (sec == nullptr || off >= size) return nullptr;
+      // Terminated inside the section, as libdw checks.
+      if (std::memchr(sec + off, 0, size - off) == nullptr) return nullptr;
+      return reinterpret_cast<const char*>(sec + off);
+    };
+    switch (form) {
+      case DW_FORM_string: return reinterpret_cast<const char*>(v);  // skip() found its end
+      case DW_FORM_strp: return in(strings.str, strings.str_size);
+      case DW_FORM_line_strp: return in(strings.line_str, strings.line_str_size);
+      default: return nullptr;
+    }
+  }
+
+  // An unsigned constant as dwarf_formudata reads it, for the forms GCC and Clang use.
+  bool constant(unsigned form, const unsigned char* v, uint64_t& out) const {
+    switch (form) {
+      case DW_FORM_data1: out = fixed(v, 1); return true;
+      case DW_FORM_data2: out = fixed(v, 2); return true;
+      case DW_FORM_data4: out = fixed(v, 4); return true;
+      case DW_FORM_data8: out = fixed(v, 8); return true;
+      case DW_FORM_udata: return uleb(v, out);
+      default: return false;
+    }
   }
 
   // Where a reference attribute's value (at v) points; null for forms not handled.
@@ -534,6 +645,24 @@ class UnitReader {
     if (n > static_cast<uint64_t>(end_ - p)) return false;
     p += n;
     return true;
+  }
+
+  // Steps over one value of a form whose size varies (see Abbrev::plan).
+  bool skip_variable(const unsigned char*& p, unsigned form) const {
+    switch (form) {
+      case DW_FORM_sdata: case DW_FORM_udata: case DW_FORM_ref_udata: case DW_FORM_strx:
+      case DW_FORM_addrx: case DW_FORM_loclistx: case DW_FORM_rnglistx:
+      case DW_FORM_GNU_addr_index: case DW_FORM_GNU_str_index:
+        while (p < end_)
+          if ((*p++ & 0x80) == 0) return true;
+        return false;
+      case DW_FORM_exprloc: case DW_FORM_block: {
+        uint64_t n = 0;
+        return uleb(p, n) && advance(p, n);
+      }
+      default:
+        return skip(p, form);
+    }
   }
 
   bool skip(const unsigned char*& p, unsigned form) const {
@@ -641,6 +770,23 @@ class UnitReader {
       offset += size;
     }
     a->fixed_size = offset;
+    if (offset < 0) {
+      uint32_t run = 0;
+      a->plan_ok = true;
+      for (auto [name, form] : a->attrs) {
+        int size = fixed_form_size(form);
+        if (size >= 0) {
+          run += static_cast<uint32_t>(size);
+        } else if (form == DW_FORM_indirect) {
+          a->plan_ok = false;
+          break;
+        } else {
+          a->plan.push_back({run, form});
+          run = 0;
+        }
+      }
+      a->tail = run;
+    }
     *slot = std::move(a);
     return slot->get();
   }
@@ -677,153 +823,148 @@ bool may_have_scopes(int tag) {
 struct ScopeIndex {
   struct Range {
     Dwarf_Addr low, high;
-    int node;  // a child, by preorder (= DIE order among siblings)
-    int slot;  // whose child: 0 the unit's, else Node::children of the parent
+    int node;  // by DIE order among its siblings
   };
+  struct Slot {
+    uint32_t begin, end;  // one sibling list's ranges: [begin, end) of ranges/max_high
+  };
+  static constexpr int kNotRead = -2;
+  // Small (no Dwarf_Die): a large unit has tens of thousands.
   struct Node {
-    Dwarf_Die die{};
-    int parent = -1;  // -1: a child of the unit
-    int tag = 0;
-    int children = -1;  // slot of its children's ranges, -1 when not descended / none
-    const std::string* name = nullptr;  // demangled, once looked up
+    const unsigned char* die;  // in .debug_info; die() makes a Dwarf_Die of it
     // The abstract origin, when the DIE names nothing itself: its name is the origin's, so
     // the many inlined instances of one function look it up once.
-    const void* origin = nullptr;
-    bool have_call = false;
-    const std::string* call_file = nullptr;  // null: unknown
+    const unsigned char* origin;
+    // Its children's sibling list, read the first time an address falls inside the DIE;
+    // null when it has none worth reading.
+    const unsigned char* kids;
+    const unsigned char* end;  // one past its subtree; null when unknown
+    int parent;    // -1: a child of the unit
+    int children;  // slot of its children's ranges; -1 none; kNotRead until kids is read
+    int tag;
+    int depth;
     int call_line = 0;
+    const std::string* name = nullptr;       // demangled, once looked up
+    const std::string* call_file = nullptr;  // null: unknown
+    bool have_call = false;
   };
+  Dwarf_Die die(const Node& n) const {
+    return Dwarf_Die{const_cast<unsigned char*>(n.die), unit.cu, nullptr, 0};
+  }
+  UnitReader unit;  // kept: children, names and call sites are read through it later
   bool usable = true;
   std::vector<Node> nodes;
-  std::vector<std::pair<Dwarf_Addr, Dwarf_Addr>> scratch;  // one DIE's ranges
-  // All children's ranges in one array, by (slot, low, node); slot s owns
-  // [slot_begin[s], slot_begin[s + 1]). max_high: running maximum of high within a slot.
   std::vector<Range> ranges;
-  std::vector<Dwarf_Addr> max_high;
-  std::vector<size_t> slot_begin;
-  std::vector<int> slot_count{0};  // while walking: ranges added per slot
+  std::vector<Dwarf_Addr> max_high;  // running maximum of high within a slot
+  std::vector<Slot> slots;
+  int unit_slot = -1;
+  std::vector<Range> pending;                               // one sibling list's ranges
+  std::vector<std::pair<Dwarf_Addr, Dwarf_Addr>> scratch;  // one DIE's ranges
 
-  explicit ScopeIndex(Dwarf_Die* cudie) {
-    UnitReader unit;
+  // Only the unit's own children are read here: a DIE's children are read when an address
+  // first falls inside it, so a unit costs in proportion to the code asked about (a
+  // function's parameters, variables and inlined calls are most of a unit's DIEs).
+  ScopeIndex(Dwarf_Die* cudie, const UnitReader::Strings& strings) {
+    unit.strings = strings;
     if (!unit.open(cudie)) {
       usable = false;
       return;
     }
+    // GCC gives every DIE that has children a DW_AT_sibling, except the last child of its
+    // parent (dwarf2out.cc, add_sibling_attributes). So in GCC's units a DIE with children
+    // and no sibling ends where its parent's list does, and is stepped over without reading
+    // its subtree. Other producers get the subtree read.
+    Dwarf_Attribute attr;
+    const char* producer = dwarf_formstring(dwarf_attr(cudie, DW_AT_producer, &attr));
+    gcc_ = producer != nullptr && std::strncmp(producer, "GNU ", 4) == 0;
     const unsigned char* p = static_cast<const unsigned char*>(cudie->addr);
     const UnitReader::Abbrev* a = unit.read_die(p);
     if (a == nullptr) {
       usable = false;
       return;
     }
-    if (a->children) walk(unit, p, -1, 0, 0);
-    // Ranges by (slot, low, node): placed by slot (counts are known), then each slot's few
-    // ranges sorted, mostly in order already.
-    slot_begin.assign(slot_count.size() + 1, 0);
-    for (size_t s = 0; s < slot_count.size(); ++s) slot_begin[s + 1] = slot_begin[s] + slot_count[s];
-    {
-      std::vector<Range> placed(ranges.size());
-      std::vector<size_t> next(slot_begin.begin(), slot_begin.end() - 1);
-      for (const Range& r : ranges) placed[next[static_cast<size_t>(r.slot)]++] = r;
-      ranges = std::move(placed);
-    }
-    auto by_low = [](const Range& a, const Range& b) {
-      return a.low != b.low ? a.low < b.low : a.node < b.node;
-    };
-    for (size_t s = 0; s < slot_count.size(); ++s) {
-      auto b = ranges.begin() + static_cast<ptrdiff_t>(slot_begin[s]);
-      auto e = ranges.begin() + static_cast<ptrdiff_t>(slot_begin[s + 1]);
-      if (!std::is_sorted(b, e, by_low)) std::sort(b, e, by_low);
-    }
-    max_high.resize(ranges.size());
-    for (size_t s = 0; s < slot_count.size(); ++s) {
-      Dwarf_Addr m = 0;
-      for (size_t i = slot_begin[s]; i < slot_begin[s + 1]; ++i) max_high[i] = m = std::max(m, ranges[i].high);
-    }
-    slot_count = {};
+    if (a->children) unit_slot = read_children(-1, p, unit.end(), 0);
   }
 
-  void add_range(Dwarf_Addr low, Dwarf_Addr high, int node, int slot) {
-    ranges.push_back({low, high, node, slot});
-    ++slot_count[slot];
-  }
+  bool gcc_ = false;
 
-  // Walks the sibling list starting at p (just past the parent's attributes) and returns
-  // the position after its terminating null entry; null when the data cannot be read.
-  const unsigned char* walk(UnitReader& unit, const unsigned char* p, int parent, int kids_slot,
-                            int depth) {
-    if (depth > 256) {
-      usable = false;
-      return nullptr;
-    }
+  // Reads the sibling list at p, children of parent: a node and ranges for each DIE with
+  // address ranges, their subtrees stepped over. The new slot, or -1 when none has ranges.
+  // list_end: one past the list's null entry, when known (else null).
+  int read_children(int parent, const unsigned char* p, const unsigned char* list_end, int depth) {
+    if (depth > 256) return fail();
+    pending.clear();
     for (;;) {
       const unsigned char* die_addr = p;
       UnitReader::Attrs at;
       const UnitReader::Abbrev* a = unit.read_die(p, &at);
-      if (a == nullptr) {
-        usable = false;
-        return nullptr;
+      if (a == nullptr) return fail();
+      if (a->code == 0) break;
+      if (a->tag == DW_TAG_imported_unit) return fail();
+      // Where this DIE's subtree ends, when known without reading it.
+      const unsigned char* end = nullptr;
+      if (a->children) {
+        if (at.sibling != nullptr) {
+          end = at.sibling;
+        } else if (gcc_ && list_end != nullptr && list_end - 1 >= p && list_end[-1] == 0) {
+          end = list_end - 1;  // the last child: its parent's null entry follows
+        }
       }
-      if (a->code == 0) return p;
-      if (a->tag == DW_TAG_imported_unit) {
-        usable = false;
-        return nullptr;
-      }
-      Dwarf_Die die{const_cast<unsigned char*>(die_addr), unit.cu, nullptr, 0};
       int node = -1;
       auto add_node = [&] {
         node = static_cast<int>(nodes.size());
-        Node& n = nodes.emplace_back();
-        n.die = die;
-        n.parent = parent;
-        n.tag = a->tag;
-        if (!a->has_name) n.origin = at.origin;
+        const bool descend = a->children && may_have_scopes(a->tag);
+        nodes.push_back({die_addr, a->has_name ? nullptr : at.origin, descend ? p : nullptr, end,
+                         parent, descend ? kNotRead : -1, a->tag, depth});
       };
       if (at.simple_pc) {
         // dwarf_ranges' answer for a low_pc/high_pc pair, read directly.
         add_node();
-        if (at.low < at.high) add_range(at.low, at.high, node, kids_slot);
+        if (at.low < at.high) pending.push_back({at.low, at.high, node});
       } else if (a->may_have_pc && !at.has_high && at.has_ranges_offset &&
                  unit.range_list(at.ranges_offset, (scratch.clear(), scratch))) {
         for (auto [start, end] : scratch) {
           if (node < 0) add_node();
-          if (start < end) add_range(start, end, node, kids_slot);
+          if (start < end) pending.push_back({start, end, node});
         }
       } else if (a->may_have_pc) {
         Dwarf_Addr base = 0, start = 0, end = 0;
         ptrdiff_t off = 0;
+        Dwarf_Die die{const_cast<unsigned char*>(die_addr), unit.cu, nullptr, 0};
         while ((off = dwarf_ranges(&die, off, &base, &start, &end)) > 0) {
           if (node < 0) add_node();
-          if (start < end) add_range(start, end, node, kids_slot);
+          if (start < end) pending.push_back({start, end, node});
         }
-        if (off < 0) {
-          usable = false;
-          return nullptr;
-        }
+        if (off < 0) return fail();
       }
       if (!a->children) continue;
-      if (node >= 0 && may_have_scopes(a->tag)) {
-        int slot = static_cast<int>(slot_count.size());
-        slot_count.push_back(0);
-        nodes[node].children = slot;
-        const unsigned char* after = walk(unit, p, node, slot, depth + 1);
-        if (after == nullptr) return nullptr;
-        if (slot_count[slot] == 0) nodes[node].children = -1;
-        p = at.sibling != nullptr ? at.sibling : after;
-      } else if (at.sibling != nullptr) {
-        p = at.sibling;
-      } else {
-        p = unit.skip_children(p, depth + 1);
-        if (p == nullptr) {
-          usable = false;
-          return nullptr;
-        }
-      }
+      p = end != nullptr ? end : unit.skip_children(p, depth + 1);
+      if (p == nullptr) return fail();
     }
+    if (pending.empty()) return -1;
+    // By (low, node): mostly in that order already.
+    auto by_low = [](const Range& x, const Range& y) {
+      return x.low != y.low ? x.low < y.low : x.node < y.node;
+    };
+    if (!std::is_sorted(pending.begin(), pending.end(), by_low)) std::sort(pending.begin(), pending.end(), by_low);
+    const auto begin = static_cast<uint32_t>(ranges.size());
+    Dwarf_Addr m = 0;
+    for (const Range& r : pending) {
+      ranges.push_back(r);
+      max_high.push_back(m = std::max(m, r.high));
+    }
+    slots.push_back({begin, static_cast<uint32_t>(ranges.size())});
+    return static_cast<int>(slots.size()) - 1;
+  }
+
+  int fail() {
+    usable = false;
+    return -1;
   }
 
   // The first child (in DIE order) in slot containing pc, or -1.
   int first_containing(int slot, Dwarf_Addr pc) const {
-    const size_t b = slot_begin[slot], e = slot_begin[slot + 1];
+    const size_t b = slots[slot].begin, e = slots[slot].end;
     auto it = std::upper_bound(ranges.begin() + static_cast<ptrdiff_t>(b),
                                ranges.begin() + static_cast<ptrdiff_t>(e), pc,
                                [](Dwarf_Addr v, const Range& r) { return v < r.low; });
@@ -836,17 +977,22 @@ struct ScopeIndex {
     return best;
   }
 
-  // The innermost DIE containing pc, or -1.
-  int innermost(Dwarf_Addr pc) const {
+  // The innermost DIE containing pc, or -1; reads children as it goes down. When the data
+  // turns out unreadable, usable becomes false and the caller asks libdw instead.
+  int innermost(Dwarf_Addr pc) {
     int found = -1;
-    int slot = 0;
-    for (;;) {
+    for (int slot = unit_slot; slot >= 0;) {
       int n = first_containing(slot, pc);
-      if (n < 0) return found;
+      if (n < 0) break;
       found = n;
+      if (nodes[n].children == kNotRead) {
+        int read = read_children(n, nodes[n].kids, nodes[n].end, nodes[n].depth + 1);
+        if (!usable) return -1;
+        nodes[n].children = read;
+      }
       slot = nodes[n].children;
-      if (slot < 0) return found;
     }
+    return found;
   }
 };
 
@@ -1667,20 +1813,22 @@ struct Symbolizer::Impl {
   // Per Dwarf (a module's debug data), its .debug_line bytes; null when compressed or absent.
   std::unordered_map<Dwarf*, LineTable::Sections> line_sections;
 
+  // The module's .debug_line, .debug_line_str and .debug_str, found once.
+  const LineTable::Sections& sections_of(Dwarf* dbg) {
+    auto [it, fresh] = line_sections.try_emplace(dbg);
+    if (fresh) {
+      Elf* elf = dwarf_getelf(dbg);
+      it->second.line = section_data(elf, ".debug_line");
+      it->second.line_str = section_data(elf, ".debug_line_str");
+      it->second.str = section_data(elf, ".debug_str");
+    }
+    return it->second;
+  }
+
   // The unit's line table, or null where libdw must answer.
   const LineTable* line_table(Dwarf_Die* cudie) {
     auto& slot = line_tables[cudie->addr];
-    if (slot == nullptr) {
-      Dwarf* dbg = dwarf_cu_getdwarf(cudie->cu);
-      auto [it, fresh] = line_sections.try_emplace(dbg);
-      if (fresh) {
-        Elf* elf = dwarf_getelf(dbg);
-        it->second.line = section_data(elf, ".debug_line");
-        it->second.line_str = section_data(elf, ".debug_line_str");
-        it->second.str = section_data(elf, ".debug_str");
-      }
-      slot = std::make_unique<LineTable>(cudie, it->second);
-    }
+    if (slot == nullptr) slot = std::make_unique<LineTable>(cudie, sections_of(dwarf_cu_getdwarf(cudie->cu)));
     return slot->usable ? slot.get() : nullptr;
   }
 
@@ -1703,11 +1851,58 @@ struct Symbolizer::Impl {
   // Names by abstract origin (see ScopeIndex::Node::origin); cleared with the indexes.
   std::unordered_map<const void*, const std::string*> origin_names;
 
-  const std::string& node_name(ScopeIndex::Node& node) {
-    if (node.origin == nullptr) return dwarf_name_of(&node.die);
+  const std::string& node_name(ScopeIndex& index, ScopeIndex::Node& node) {
+    if (node.origin == nullptr) return index_name(index, node);
     auto [it, fresh] = origin_names.try_emplace(node.origin);
-    if (fresh) it->second = &dwarf_name_of(&node.die);
+    if (fresh) it->second = &index_name(index, node);
     return *it->second;
+  }
+
+  // die_raw_name's answer read through the unit's own reader (libdw's attribute calls cost
+  // several times more), or from libdw where the reader leaves a form to it.
+  const std::string& index_name(ScopeIndex& index, const ScopeIndex::Node& node) {
+    const char* linkage = nullptr;
+    const char* mips = nullptr;
+    const char* name = nullptr;
+    const unsigned char* die = node.die;
+    bool ok = true;
+    for (int chain = 17; die != nullptr && chain-- > 0;) {
+      UnitReader::Naming n;
+      if (!index.unit.naming(die, n)) {
+        ok = false;
+        break;
+      }
+      if (n.linkage != nullptr) {
+        linkage = n.linkage;
+        break;
+      }
+      if (mips == nullptr) mips = n.mips;
+      if (name == nullptr) name = n.name;
+      die = n.origin != nullptr ? n.origin : n.spec;
+    }
+    if (!ok) {
+      Dwarf_Die d = index.die(node);
+      return dwarf_name_of(&d);
+    }
+    const char* raw = linkage != nullptr ? linkage : mips != nullptr ? mips : name;
+    if (raw == nullptr) return empty_name;
+    auto [it, fresh] = dwarf_names.try_emplace(raw);
+    if (fresh) it->second = demangled(raw);
+    return *it->second;
+  }
+
+  // DW_AT_call_file and DW_AT_call_line of an inlined instance, through the unit's reader
+  // where it can (see call_site for libdw's way).
+  void node_call_site(ScopeIndex& index, ScopeIndex::Node& node, const LineTable* table) {
+    UnitReader::Naming n;
+    if (table != nullptr && index.unit.naming(node.die, n)) {
+      node.call_line = n.has_call_line ? static_cast<int>(n.call_line) : 0;
+      node.call_file = n.has_call_file ? line_table_file(table, n.call_file) : nullptr;
+    } else {
+      Dwarf_Die d = index.die(node);
+      call_site(&d, table, text, node.call_file, node.call_line);
+    }
+    node.have_call = true;
   }
 
   const SymbolIndex& symbol_index(Dwfl_Module* mod) {
@@ -1750,7 +1945,11 @@ struct Symbolizer::Impl {
 
   ScopeIndex* scope_index(Dwarf_Die* cudie) {
     auto& slot = scope_indexes[cudie->addr];
-    if (slot == nullptr) slot = std::make_unique<ScopeIndex>(cudie);
+    if (slot == nullptr) {
+      const LineTable::Sections& sec = sections_of(dwarf_cu_getdwarf(cudie->cu));
+      UnitReader::Strings strings{sec.str.first, sec.str.second, sec.line_str.first, sec.line_str.second};
+      slot = std::make_unique<ScopeIndex>(cudie, strings);
+    }
     return slot->usable ? slot.get() : nullptr;
   }
 
@@ -1912,20 +2111,22 @@ struct Symbolizer::Impl {
     // Inlined frames: the DIE nesting around the innermost scope at pc.
     bool have_function = false;
     ScopeIndex* index = cudie != nullptr ? scope_index(cudie) : nullptr;
+    int innermost = -1;
     if (index != nullptr) {
-      for (int i = index->innermost(pc - bias); i >= 0; i = index->nodes[i].parent) {
+      innermost = index->innermost(pc - bias);
+      if (!index->usable) index = nullptr;  // unreadable further down: libdw answers
+    }
+    if (index != nullptr) {
+      for (int i = innermost; i >= 0; i = index->nodes[i].parent) {
         ScopeIndex::Node& node = index->nodes[i];
         if (node.tag == DW_TAG_inlined_subroutine) {
-          if (node.name == nullptr) node.name = &node_name(node);
+          if (node.name == nullptr) node.name = &node_name(*index, node);
           out.push_back({*node.name, *file, line});
-          if (!node.have_call) {
-            call_site(&node.die, table, text, node.call_file, node.call_line);
-            node.have_call = true;
-          }
+          if (!node.have_call) node_call_site(*index, node, table);
           file = node.call_file != nullptr ? node.call_file : &empty_name;
           line = node.call_line;
         } else if (node.tag == DW_TAG_subprogram || node.tag == DW_TAG_entry_point) {
-          if (elf_name.empty() && node.name == nullptr) node.name = &node_name(node);
+          if (elf_name.empty() && node.name == nullptr) node.name = &node_name(*index, node);
           const std::string& fn = elf_name.empty() ? *node.name : elf_name;
           if (!fn.empty()) {
             out.push_back({fn, *file, line});
