@@ -892,15 +892,45 @@ struct ScopeIndex {
   // address ranges, their subtrees stepped over. The new slot, or -1 when none has ranges.
   // list_end: one past the list's null entry, when known (else null).
   int read_children(int parent, const unsigned char* p, const unsigned char* list_end, int depth) {
-    if (depth > 256) return fail();
     pending.clear();
+    if (read_list(parent, p, list_end, depth) == nullptr) return -1;
+    if (pending.empty()) return -1;
+    // By (low, node): mostly in that order already.
+    auto by_low = [](const Range& x, const Range& y) {
+      return x.low != y.low ? x.low < y.low : x.node < y.node;
+    };
+    if (!std::is_sorted(pending.begin(), pending.end(), by_low)) std::sort(pending.begin(), pending.end(), by_low);
+    const auto begin = static_cast<uint32_t>(ranges.size());
+    Dwarf_Addr m = 0;
+    for (const Range& r : pending) {
+      ranges.push_back(r);
+      max_high.push_back(m = std::max(m, r.high));
+    }
+    slots.push_back({begin, static_cast<uint32_t>(ranges.size())});
+    return static_cast<int>(slots.size()) - 1;
+  }
+
+  int fail() {
+    usable = false;
+    return -1;
+  }
+  const unsigned char* fail_list() {
+    usable = false;
+    return nullptr;
+  }
+
+  // read_children's walk of one list, appending to pending: the position after the list's
+  // null entry, or null when the data cannot be read.
+  const unsigned char* read_list(int parent, const unsigned char* p, const unsigned char* list_end,
+                                 int depth) {
+    if (depth > 256) return fail_list();
     for (;;) {
       const unsigned char* die_addr = p;
       UnitReader::Attrs at;
       const UnitReader::Abbrev* a = unit.read_die(p, &at);
-      if (a == nullptr) return fail();
-      if (a->code == 0) break;
-      if (a->tag == DW_TAG_imported_unit) return fail();
+      if (a == nullptr) return fail_list();
+      if (a->code == 0) return p;
+      if (a->tag == DW_TAG_imported_unit) return fail_list();
       // Where this DIE's subtree ends, when known without reading it.
       const unsigned char* end = nullptr;
       if (a->children) {
@@ -935,32 +965,22 @@ struct ScopeIndex {
           if (node < 0) add_node();
           if (start < end) pending.push_back({start, end, node});
         }
-        if (off < 0) return fail();
+        if (off < 0) return fail_list();
       }
       if (!a->children) continue;
+      if (node < 0 && !gcc_ && a->tag == DW_TAG_namespace) {
+        // Clang defines functions inside their namespace's DIE (GCC at the unit's level, with
+        // DW_AT_specification); a namespace has no ranges, so its children count as the
+        // list's own. (libdw 0.188's scope walk prunes them: it finds no scope there at all.)
+        p = read_list(parent, p, end, depth + 1);
+        if (p == nullptr) return nullptr;
+        continue;
+      }
       p = end != nullptr ? end : unit.skip_children(p, depth + 1);
-      if (p == nullptr) return fail();
+      if (p == nullptr) return fail_list();
     }
-    if (pending.empty()) return -1;
-    // By (low, node): mostly in that order already.
-    auto by_low = [](const Range& x, const Range& y) {
-      return x.low != y.low ? x.low < y.low : x.node < y.node;
-    };
-    if (!std::is_sorted(pending.begin(), pending.end(), by_low)) std::sort(pending.begin(), pending.end(), by_low);
-    const auto begin = static_cast<uint32_t>(ranges.size());
-    Dwarf_Addr m = 0;
-    for (const Range& r : pending) {
-      ranges.push_back(r);
-      max_high.push_back(m = std::max(m, r.high));
-    }
-    slots.push_back({begin, static_cast<uint32_t>(ranges.size())});
-    return static_cast<int>(slots.size()) - 1;
   }
 
-  int fail() {
-    usable = false;
-    return -1;
-  }
 
   // The first child (in DIE order) in slot containing pc, or -1.
   int first_containing(int slot, Dwarf_Addr pc) const {
@@ -1943,6 +1963,43 @@ struct Symbolizer::Impl {
     return false;
   }
 
+  // Units by their DIE's address ranges, for modules whose debug data has no .debug_aranges
+  // (Clang writes none by default, and libdw then finds no unit by address): built on the
+  // first address such a module has. Cleared with the indexes.
+  struct UnitsByRange {
+    Dwarf_Addr bias = 0;
+    std::vector<std::pair<std::pair<Dwarf_Addr, Dwarf_Addr>, Dwarf_Die>> ranges;  // by low
+  };
+  std::unordered_map<Dwfl_Module*, UnitsByRange> units_by_range;
+
+  Dwarf_Die* unit_by_ranges(Dwfl_Module* mod, Dwarf_Addr pc, Dwarf_Addr* bias) {
+    auto [it, fresh] = units_by_range.try_emplace(mod);
+    UnitsByRange& u = it->second;
+    if (fresh) {
+      Dwarf* dbg = dwfl_module_getdwarf(mod, &u.bias);
+      Dwarf_Aranges* aranges = nullptr;
+      size_t count = 0;
+      // Only where the section is missing: elsewhere libdw's lookup stands (an address it
+      // places in no unit is in none).
+      if (dbg == nullptr || (dwarf_getaranges(dbg, &aranges, &count) == 0 && count > 0)) return nullptr;
+      Dwarf_Addr b = 0;
+      for (Dwarf_Die* cu = nullptr; (cu = dwfl_module_nextcu(mod, cu, &b)) != nullptr;) {
+        Dwarf_Addr base = 0, low = 0, high = 0;
+        for (ptrdiff_t off = 0; (off = dwarf_ranges(cu, off, &base, &low, &high)) > 0;)
+          if (low < high) u.ranges.push_back({{low, high}, *cu});
+      }
+      std::sort(u.ranges.begin(), u.ranges.end(),
+                [](const auto& x, const auto& y) { return x.first < y.first; });
+    }
+    if (u.ranges.empty()) return nullptr;
+    const Dwarf_Addr at = pc - u.bias;
+    auto r = std::upper_bound(u.ranges.begin(), u.ranges.end(), at,
+                              [](Dwarf_Addr v, const auto& e) { return v < e.first.first; });
+    if (r == u.ranges.begin() || (--r)->first.second <= at) return nullptr;
+    *bias = u.bias;
+    return &r->second;
+  }
+
   ScopeIndex* scope_index(Dwarf_Die* cudie) {
     auto& slot = scope_indexes[cudie->addr];
     if (slot == nullptr) {
@@ -1972,6 +2029,7 @@ struct Symbolizer::Impl {
     generation = loader_generation();
     scope_indexes.clear();
     unit_ranges.clear();
+    units_by_range.clear();
     symbol_indexes.clear();
     elf_names.clear();
     dwarf_names.clear();
@@ -2093,16 +2151,26 @@ struct Symbolizer::Impl {
     int line = 0;
     Dwarf_Addr bias = 0;
     Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
+    bool found_by_ranges = false;
+    if (cudie == nullptr) {
+      cudie = unit_by_ranges(mod, pc, &bias);
+      found_by_ranges = cudie != nullptr;
+    }
     if (cudie != nullptr && !unit_has_pc(cudie, pc - bias)) cudie = nullptr;
     const LineTable* table = cudie != nullptr ? line_table(cudie) : nullptr;
     if (table != nullptr) {
       const std::string* src = nullptr;
       if (table->lookup(pc - bias, src, line)) file = src;
-    }
-    Dwfl_Line* l = cudie != nullptr && table == nullptr ? dwfl_module_getsrc(mod, pc) : nullptr;
-    if (l != nullptr) {
+    } else if (cudie != nullptr) {
+      // libdw's answer: through the unit found here when its own lookup by address has none.
+      Dwarf_Line* dl = nullptr;
       Dwarf_Addr line_bias = 0;
-      if (Dwarf_Line* dl = dwfl_dwarf_line(l, &line_bias)) {
+      if (found_by_ranges) {
+        dl = dwarf_getsrc_die(cudie, pc - bias);
+      } else if (Dwfl_Line* l = dwfl_module_getsrc(mod, pc)) {
+        dl = dwfl_dwarf_line(l, &line_bias);
+      }
+      if (dl != nullptr) {
         if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = keep(src);
         dwarf_lineno(dl, &line);
       }
