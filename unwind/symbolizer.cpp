@@ -58,18 +58,6 @@ struct Demangler {
   }
 };
 
-std::string hex(uint64_t v) {
-  char buf[20];
-  char* p = buf + sizeof buf;
-  do {
-    *--p = "0123456789abcdef"[v & 15];
-    v >>= 4;
-  } while (v != 0);
-  *--p = 'x';
-  *--p = '0';
-  return std::string(p, buf + sizeof buf);
-}
-
 std::string_view base_name(std::string_view p) {
   size_t s = p.rfind('/');
   return s == std::string_view::npos ? p : p.substr(s + 1);
@@ -1790,6 +1778,34 @@ struct Symbolizer::Impl {
   // A node-based set, so that its strings never move.
   std::unordered_set<std::string> text;
   const std::string* keep(std::string_view s) { return &*text.emplace(s).first; }
+
+  // "NAME+0xOFFSET", in blocks of characters: each is one address's own (no sharing to
+  // look for), and stripped libraries give most addresses such a name.
+  std::vector<std::unique_ptr<char[]>> char_blocks;
+  char* chars_next = nullptr;
+  size_t chars_left = 0;
+
+  std::string_view offset_name(std::string_view name, uint64_t offset) {
+    char digits[16];
+    size_t n = 0;
+    do {
+      digits[n++] = "0123456789abcdef"[offset & 15];
+      offset >>= 4;
+    } while (offset != 0);
+    const size_t size = name.size() + 3 + n;  // "+0x"
+    if (size > chars_left) {
+      chars_left = std::max<size_t>(size, 64 * 1024);
+      char_blocks.push_back(std::make_unique<char[]>(chars_left));
+      chars_next = char_blocks.back().get();
+    }
+    char* at = chars_next;
+    std::memcpy(at, name.data(), name.size());
+    std::memcpy(at + name.size(), "+0x", 3);
+    for (size_t i = 0; i < n; ++i) at[name.size() + 3 + i] = digits[n - 1 - i];
+    chars_next += size;
+    chars_left -= size;
+    return {at, size};
+  }
   std::deque<std::string> names;  // demangled names, each once (see below): no set needed
   const std::string empty_name;
 
@@ -2133,7 +2149,7 @@ struct Symbolizer::Impl {
     const uintptr_t pc = ret > 0 ? ret - 1 : 0;
     Dwfl_Module* mod = module_at(pc);
     if (mod == nullptr) {
-      out.push_back({*keep("[unknown]+" + hex(ret)), "", 0});
+      out.push_back({offset_name("[unknown]", ret), "", 0});
       return;
     }
     ModuleInfo* info = info_of(mod);
@@ -2231,13 +2247,13 @@ struct Symbolizer::Impl {
       std::free(scopes);
     }
     if (!have_function) {
-      const std::string* fn = &elf_name;
-      if (fn->empty()) {
+      std::string_view fn = elf_name;
+      if (fn.empty()) {
         std::string_view mod_path = info != nullptr ? std::string_view(info->path) : "";
         uintptr_t base = info != nullptr ? info->bias : 0;
-        fn = keep(std::string(base_name(mod_path)) + "+" + hex(ret - base));
+        fn = offset_name(base_name(mod_path), ret - base);
       }
-      out.push_back({*fn, *file, line});
+      out.push_back({fn, *file, line});
     }
   }
 };
