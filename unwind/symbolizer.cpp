@@ -266,6 +266,8 @@ class UnitReader {
     if (dwarf_cu_die(cu, &tmp, &version, &abbrev_off, &addr_size_, &offset_size_, nullptr,
                      nullptr) == nullptr)
       return false;
+    abbrev_off_ = abbrev_off;
+    own_abbrevs_ = read_abbrevs();
     version_ = version;
     if ((addr_size_ != 4 && addr_size_ != 8) || (offset_size_ != 4 && offset_size_ != 8))
       return false;
@@ -431,6 +433,8 @@ class UnitReader {
     size_t str_size = 0;
     const unsigned char* line_str = nullptr;
     size_t line_str_size = 0;
+    const unsigned char* abbrev = nullptr;  // .debug_abbrev, for read_abbrevs()
+    size_t abbrev_size = 0;
   };
   Strings strings;
 
@@ -536,6 +540,8 @@ class UnitReader {
   }
 
   std::vector<std::unique_ptr<Abbrev>> by_code_;  // small codes (GCC and Clang number from 1)
+  Dwarf_Off abbrev_off_ = 0;
+  bool own_abbrevs_ = false;  // by_code_ holds the whole table, read by read_abbrevs()
   std::unordered_map<uint64_t, std::unique_ptr<Abbrev>> other_codes_;
 
   static uint64_t fixed(const unsigned char* v, unsigned n) {
@@ -714,6 +720,7 @@ class UnitReader {
   }
 
   const Abbrev* abbrev(uint64_t code, const unsigned char* die_addr) {
+    if (own_abbrevs_) return code < by_code_.size() && by_code_[code] != nullptr ? by_code_[code].get() : nullptr;
     std::unique_ptr<Abbrev>* slot;
     if (code < 65536) {
       if (by_code_.size() <= code) by_code_.resize(code + 1);
@@ -740,6 +747,16 @@ class UnitReader {
       if (dwarf_getabbrevattr_data(da, i, &name, &form, &data, nullptr) != 0) break;
       if (name > 0xffff || form > 0xffff) return nullptr;
       a->attrs.push_back({static_cast<uint16_t>(name), static_cast<uint16_t>(form)});
+    }
+    finish(*a);
+    *slot = std::move(a);
+    return slot->get();
+  }
+
+  // What the walk works out once per abbreviation, from its (name, form) list.
+  void finish(Abbrev& abbrev) const {
+    Abbrev* a = &abbrev;
+    for (auto [name, form] : a->attrs) {
       if (name == DW_AT_high_pc || name == DW_AT_ranges) a->may_have_pc = true;
       if (name == DW_AT_high_pc) a->has_high = true;
       if (name == DW_AT_name || name == DW_AT_linkage_name || name == DW_AT_MIPS_linkage_name)
@@ -775,8 +792,49 @@ class UnitReader {
       }
       a->tail = run;
     }
-    *slot = std::move(a);
-    return slot->get();
+  }
+
+  // The unit's whole abbreviation table, read from .debug_abbrev in one pass into by_code_
+  // (libdw's parse, code by code, costs several times more). False, with nothing kept, when
+  // the section is not at hand or holds something unexpected: libdw parses then.
+  bool read_abbrevs() {
+    if (strings.abbrev == nullptr || abbrev_off_ >= strings.abbrev_size) return false;
+    const unsigned char* p = strings.abbrev + abbrev_off_;
+    const unsigned char* end = strings.abbrev + strings.abbrev_size;
+    auto leb = [&](uint64_t& v) {
+      v = 0;
+      for (unsigned shift = 0; p < end; shift += 7) {
+        const unsigned char b = *p++;
+        if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) return true;
+      }
+      return false;
+    };
+    std::vector<std::unique_ptr<Abbrev>> table;
+    for (;;) {
+      uint64_t code = 0, tag = 0;
+      if (!leb(code)) return false;
+      if (code == 0) break;
+      if (code >= 65536 || !leb(tag) || tag > 0xffff || p >= end) return false;
+      auto a = std::make_unique<Abbrev>();
+      a->code = static_cast<unsigned>(code);
+      a->tag = static_cast<int>(tag);
+      a->children = *p++ != 0;
+      for (;;) {
+        uint64_t name = 0, form = 0, unused = 0;
+        if (!leb(name) || !leb(form)) return false;
+        if (name == 0 && form == 0) break;
+        if (name > 0xffff || form > 0xffff) return false;
+        if (form == DW_FORM_implicit_const && !leb(unused)) return false;  // an sleb: same bytes
+        a->attrs.push_back({static_cast<uint16_t>(name), static_cast<uint16_t>(form)});
+      }
+      finish(*a);
+      if (table.size() <= code) table.resize(code + 1);
+      if (table[code] != nullptr) return false;  // a code twice: libdw decides
+      table[code] = std::move(a);
+    }
+    by_code_ = std::move(table);
+    return true;
   }
 };
 
@@ -1025,7 +1083,7 @@ class LineTable {
  public:
   // A module's sections the tables are read from; a null line section: none usable.
   struct Sections {
-    std::pair<const unsigned char*, size_t> line, line_str, str;
+    std::pair<const unsigned char*, size_t> line, line_str, str, abbrev;
   };
   bool usable = false;
 
@@ -1336,12 +1394,22 @@ class LineTable {
       addr += static_cast<uint32_t>(min_len * static_cast<uint32_t>(ops));  // and multiplies so
       return true;
     };
+    // Each special opcode's line and address steps, worked out once: a row costs a table
+    // lookup instead of a division.
+    struct Special {
+      int line;
+      uint32_t addr;  // as advance() adds it: 32 bits, as libdw does
+    } special[256] = {};
+    for (unsigned op = opcode_base; op < 256; ++op) {
+      const unsigned adj = op - opcode_base;
+      special[op] = {line_base + static_cast<int>(adj % line_range),
+                     static_cast<uint32_t>(min_len * (adj / line_range))};
+    }
     while (p.p < p.end) {
       const unsigned op = *p.p++;
       if (op >= opcode_base) {
-        const unsigned adj = op - opcode_base;
-        line += line_base + static_cast<int>(adj % line_range);
-        advance(adj / line_range);
+        line += special[op].line;
+        addr += special[op].addr;
         if (!emit(false)) return false;
       } else if (op == 0) {
         if (p.end - p.p < 2) return false;
@@ -1857,6 +1925,7 @@ struct Symbolizer::Impl {
       it->second.line = section_data(elf, ".debug_line");
       it->second.line_str = section_data(elf, ".debug_line_str");
       it->second.str = section_data(elf, ".debug_str");
+      it->second.abbrev = section_data(elf, ".debug_abbrev");
     }
     return it->second;
   }
@@ -2020,7 +2089,8 @@ struct Symbolizer::Impl {
     auto& slot = scope_indexes[cudie->addr];
     if (slot == nullptr) {
       const LineTable::Sections& sec = sections_of(dwarf_cu_getdwarf(cudie->cu));
-      UnitReader::Strings strings{sec.str.first, sec.str.second, sec.line_str.first, sec.line_str.second};
+      UnitReader::Strings strings{sec.str.first, sec.str.second, sec.line_str.first,
+                                  sec.line_str.second, sec.abbrev.first, sec.abbrev.second};
       slot = std::make_unique<ScopeIndex>(cudie, strings);
     }
     return slot->usable ? slot.get() : nullptr;
