@@ -281,6 +281,11 @@ bool UnitReader::skip(const unsigned char*& p, unsigned form) const {
     case DW_FORM_GNU_addr_index: case DW_FORM_GNU_str_index:
       return uleb(p, n);
     case DW_FORM_string: {
+      // Compilers inline only short strings (a parameter's "this", "n"): a plain loop over the
+      // first bytes costs less than memchr's set-up, which takes the rest.
+      for (int i = 0; i < 16 && p < end_; ++i)
+        if (*p++ == 0) return true;
+      if (p >= end_) return false;
       const void* nul = std::memchr(p, 0, static_cast<size_t>(end_ - p));
       if (nul == nullptr) return false;
       p = static_cast<const unsigned char*>(nul) + 1;
