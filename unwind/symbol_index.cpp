@@ -56,6 +56,7 @@ size_t SymbolIndex::section_of(GElf_Addr addr) const {
 }
 
 void SymbolIndex::Table::build(Dwfl_Module* mod, int from, int to) {
+  syms.reserve(static_cast<size_t>(to - from));
   for (int i = from; i < to; ++i) {
     GElf_Sym sym;
     GElf_Addr value = 0;
@@ -72,8 +73,9 @@ void SymbolIndex::Table::build(Dwfl_Module* mod, int from, int to) {
   for (size_t i = 0; i < syms.size(); ++i) keys[i] = {syms[i].value, i};
   radix_sort_by_first(keys);
   {
-    std::vector<Sym> sorted(syms.size());
-    for (size_t i = 0; i < keys.size(); ++i) sorted[i] = syms[keys[i].second];
+    std::vector<Sym> sorted;
+    sorted.reserve(syms.size());
+    for (const auto& k : keys) sorted.push_back(syms[k.second]);
     syms = std::move(sorted);
   }
   values.reserve(syms.size());
