@@ -404,6 +404,11 @@ int main(int argc, char** argv) {
                   static_cast<double>(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) * 1e-6;
         sym_faults = (ru1.ru_minflt - ru0.ru_minflt) + (ru1.ru_majflt - ru0.ru_majflt);
       }
+      if (r == 0) {
+        const auto units = sym.unit_counts();
+        std::printf("DWARF units whose DIEs were needed: %zu (walked by libdw instead of memtrace's reader: %zu)\n",
+                    units.units, units.by_libdw);
+      }
       // Names collected outside the timed part.
       if (r == 0)
         for (Module& m : mods)

@@ -35,7 +35,12 @@ ScopeIndex::ScopeIndex(Dwarf_Die* cudie, const UnitReader::Strings& strings) {
 int ScopeIndex::read_children(int parent, const unsigned char* p, const unsigned char* list_end,
                               int depth) {
   pending.clear();
-  if (read_list(parent, p, list_end, depth) == nullptr) return -1;
+  const unsigned char* after = read_list(parent, p, list_end, depth);
+  if (after == nullptr) return -1;
+  // A DIE's children end where its DW_AT_sibling (or, for GCC's last children, its parent's
+  // end) says: anything else means the shortcut does not hold for this unit, and libdw
+  // answers for it instead. (The unit's own list may be followed by padding.)
+  if (parent >= 0 && list_end != nullptr && after != list_end) return fail();
   if (pending.empty()) return -1;
   // By (low, node): mostly in that order already.
   auto by_low = [](const Range& x, const Range& y) {
@@ -105,6 +110,7 @@ const unsigned char* ScopeIndex::read_list(int parent, const unsigned char* p,
       // list's own. (libdw 0.188's scope walk prunes them: it finds no scope there at all.)
       p = read_list(parent, p, end, depth + 1);
       if (p == nullptr) return nullptr;
+      if (end != nullptr && p != end) return fail_list();
       continue;
     }
     p = end != nullptr ? end : unit.skip_children(p, depth + 1);

@@ -772,6 +772,15 @@ void Symbolizer::add_unloaded_modules(const std::vector<LoadedObject>& seen) {
   if (added) impl_->report();
 }
 
+Symbolizer::UnitCounts Symbolizer::unit_counts() const {
+  UnitCounts c;
+  for (const auto& [cu, index] : impl_->scope_indexes) {
+    ++c.units;
+    c.by_libdw += !index->usable;
+  }
+  return c;
+}
+
 std::vector<ModuleInfo> Symbolizer::modules() const {
   return {impl_->modules.begin(), impl_->modules.end()};
 }

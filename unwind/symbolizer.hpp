@@ -49,6 +49,15 @@ class Symbolizer {
   // found later: when an address falls outside every known module and something was
   // dlopened or dlclosed since, the loader's list is read again.
   std::vector<ModuleInfo> modules() const;
+
+  // Compilation units whose DIEs were needed so far (since the module list was last re-read),
+  // and how many of them memtrace's own reader could not read, so that libdw walked them
+  // (slower; same frames). For tests and benchmarks.
+  struct UnitCounts {
+    size_t units = 0;
+    size_t by_libdw = 0;
+  };
+  UnitCounts unit_counts() const;
   // Objects recorded while loaded (ModuleMap::history()): those unloaded since are read from
   // their files at their old addresses, so stacks captured while they were there still resolve.
   // Where something else is loaded at that address now, the loaded object wins.
