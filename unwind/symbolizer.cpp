@@ -286,20 +286,15 @@ struct Symbolizer::Impl {
   std::deque<std::string> names;  // demangled names, each once (see below): no set needed
   const std::string empty_name;
 
-  // Demangled names: first by the address of the mangled string in the module's mapped
-  // symbol table or debug data, then by its content, since one name often sits at two
-  // addresses (.strtab and .debug_str); each distinct name is demangled once, as
-  // __cxa_demangle dominates the cost of a lookup. The maps view mapped data, so they are
-  // cleared whenever the module list is re-read.
+  // Demangled names by the address of the mangled string in the module's mapped symbol
+  // table or debug data: each is demangled once, as __cxa_demangle dominates the cost of a
+  // lookup. (Not also by content: a name at two addresses, .strtab and .debug_str, was 1% of
+  // the names in bench_symbolize, less than hashing every name costs.) The maps view mapped
+  // data, so they are cleared whenever the module list is re-read.
   Demangler demangler;
   std::unordered_map<const char*, const std::string*> elf_names, dwarf_names;
-  std::unordered_map<std::string_view, const std::string*> by_mangled;
 
-  const std::string* demangled(std::string_view mangled) {
-    auto [it, fresh] = by_mangled.try_emplace(mangled);
-    if (fresh) it->second = &names.emplace_back(demangler(mangled));
-    return it->second;
-  }
+  const std::string* demangled(std::string_view mangled) { return &names.emplace_back(demangler(mangled)); }
 
   const std::string& elf_name_of(const char* raw) {
     auto [it, fresh] = elf_names.try_emplace(raw);
@@ -529,7 +524,6 @@ struct Symbolizer::Impl {
     elf_names.clear();
     dwarf_names.clear();
     origin_names.clear();
-    by_mangled.clear();
     // Frames handed out view the tables' file names: the tables are kept, unused.
     for (auto& [cu, table] : line_tables) retired_line_tables.push_back(std::move(table));
     line_tables.clear();
