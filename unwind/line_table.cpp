@@ -199,6 +199,14 @@ bool LineTable::read(Dwarf_Die* cudie, const unsigned char* section, size_t size
   uint64_t file = 1;
   auto emit = [&](bool end) {
     if (line < INT32_MIN || line > INT32_MAX || file >= (1u << 31)) return false;
+    // A row that repeats the file and line of the row before it in its sequence changes no
+    // answer (a lookup takes the last row at or below an address, and only file and line are
+    // kept): it is left out, which spares a good part of the rows (columns, views and
+    // is_stmt changes make most of the repeats).
+    if (!end && read_rows.size() > seq_begin) {
+      const Row& last = read_rows.back();
+      if (!last.end && last.line == line && last.file == file && last.addr <= addr) return true;
+    }
     read_rows.push_back({addr, static_cast<int>(line), static_cast<uint32_t>(file), end ? 1u : 0u});
     return true;
   };
