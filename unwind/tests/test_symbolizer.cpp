@@ -552,8 +552,8 @@ TEST_CASE("symbolizer: same frames as llvm-symbolizer on Clang's DWARF", "[symbo
     REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
     close(fd);
   }
-  const std::string cmd = std::string(MEMTRACE_LLVM_SYMBOLIZER) + " --obj=" + lib->name +
-                          " --inlining --functions=linkage --no-demangle < " + in_path;
+  const std::string cmd = "'" + std::string(MEMTRACE_LLVM_SYMBOLIZER) + "' '--obj=" + lib->name +
+                          "' --inlining --functions=linkage --no-demangle < '" + in_path + "'";
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::vector<std::vector<RefFrame>> refs(1);
