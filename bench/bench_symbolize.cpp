@@ -375,6 +375,13 @@ int main(int argc, char** argv) {
   double sym_sys = 0;   // of the fastest CPU run: system time
   long sym_faults = 0;  // and page faults (the mapped files' pages the Symbolizer touched)
   for (Module& m : mods) m.sym_seconds = m.a2l_seconds = m.sym_cpu = m.a2l_cpu = 1e30;
+  std::vector<uintptr_t> all_rets;
+  for (Module& m : mods) all_rets.insert(all_rets.end(), m.rets.begin(), m.rets.end());
+  unsigned threads = memtrace::unwind::default_symbolize_threads();
+  if (const char* t = std::getenv("MEMTRACE_BENCH_THREADS")) threads = static_cast<unsigned>(std::atoi(t));
+  double par_total = 1e30, par_cpu = 1e30;
+  size_t par_differs = 0;
+  std::map<uintptr_t, std::vector<std::string>> serial_frames;
   for (int r = 0; r < repeat; ++r) {
     auto t0 = Clock::now();
     double c0 = cpu_now();
@@ -414,10 +421,32 @@ int main(int argc, char** argv) {
         for (Module& m : mods)
           for (uintptr_t ret : m.rets) {
             auto& v = sym_names[ret];
-            for (const auto& f : sym.frames(ret)) v.emplace_back(f.function);
+            for (const auto& f : sym.frames(ret)) {
+              v.emplace_back(f.function);
+              serial_frames[ret].push_back(std::string(f.function) + "|" + std::string(f.file) + ":" +
+                                           std::to_string(f.line));
+            }
           }
     }
     sym_total = std::min(sym_total, run_total);
+
+    // (a') the same addresses at once through prepare(), as a dump asks, on several threads.
+    {
+      auto t1 = Clock::now();
+      double c1 = cpu_now();
+      memtrace::unwind::Symbolizer sym;
+      sym.prepare(all_rets, threads);
+      for (uintptr_t ret : all_rets) sym.frames(ret);
+      par_total = std::min(par_total, since(t1));
+      par_cpu = std::min(par_cpu, cpu_now() - c1);
+      if (r == 0)
+        for (uintptr_t ret : all_rets) {
+          std::vector<std::string> v;
+          for (const auto& f : sym.frames(ret))
+            v.push_back(std::string(f.function) + "|" + std::string(f.file) + ":" + std::to_string(f.line));
+          par_differs += v != serial_frames[ret];
+        }
+    }
 
     if (no_addr2line) {
       usleep(200000);
@@ -443,6 +472,8 @@ int main(int argc, char** argv) {
 
   if (no_addr2line) {
     std::printf("memtrace: %.4f s CPU (fastest of %d runs) over %zu addresses\n", sym_cpu, repeat, total);
+    std::printf("memtrace prepare() on %u threads: %.4f s wall, %.4f s CPU; frames differing from one thread's: %zu\n",
+                threads, par_total, par_cpu, par_differs);
     return 0;
   }
   std::printf("\n%-34s %10s %12s %10s %12s %8s %9s %9s %6s\n", "", "memtrace s", "memtrace a/s", "addr2line s",
@@ -459,6 +490,10 @@ int main(int argc, char** argv) {
               sym_total < a2l_total ? "faster" : "slower", total, repeat);
   std::printf("CPU seconds (fastest run): memtrace %.3f (system %.3f, %ld page faults), addr2line %.3f: %.1fx\n",
               sym_cpu, sym_sys, sym_faults, a2l_cpu, a2l_cpu / sym_cpu);
+  std::printf("memtrace as a dump runs it, prepare() on %u threads: %.3f s wall, %.1fx faster than addr2line;"
+              " %.3f s CPU (all threads), %.1fx less than addr2line's\n",
+              threads, par_total, a2l_total / par_total, par_cpu, a2l_cpu / par_cpu);
+  std::printf("  frames differing from one thread's: %zu of %zu addresses\n", par_differs, total);
 
   // Agreement on function names (demangled). Compared: the outermost frame (the real function)
   // and, where both have them, every frame; "no name" on both sides counts as agreement.

@@ -158,6 +158,15 @@ Config parse_config(GetEnvFn getenv_fn) {
     else
       log::warn("MEMTRACE_STACK_DEPTH='{}' is not a whole number from 1 to 256; using {}", v, c.stack_depth);
   }
+  if (const char* v = getenv_fn("MEMTRACE_SYMBOLIZE_THREADS")) {
+    long long n;
+    if (iequals(trim(v), "auto"))
+      c.symbolize_threads = 0;
+    else if (parse_int(v, 1, 64, &n))
+      c.symbolize_threads = static_cast<unsigned>(n);
+    else
+      log::warn("MEMTRACE_SYMBOLIZE_THREADS='{}' is not auto or a whole number from 1 to 64; using auto", v);
+  }
   if (const char* v = getenv_fn("MEMTRACE_FREE_STACKS")) {
     if (!parse_bool(v, &c.free_stacks)) log::warn("MEMTRACE_FREE_STACKS='{}' is not 0 or 1; using 0", v);
   }

@@ -27,6 +27,8 @@ struct Config {
   bool free_stacks = false;                   // MEMTRACE_FREE_STACKS: free entries get the free's
                                               // own stack, not the allocation's
   PythonMode python = PythonMode::Auto;       // MEMTRACE_PYTHON: auto, gil or off
+  unsigned symbolize_threads = 0;             // MEMTRACE_SYMBOLIZE_THREADS (1..64; 0 = auto:
+                                              // the CPUs the process may use, at most 8)
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
   bool debug = false;                         // MEMTRACE_DEBUG

@@ -25,6 +25,7 @@ struct DumpRequest {
   uint64_t sequence = 0;      // %n
   bool print_summary = true;
   bool include_frames = true;
+  unsigned symbolize_threads = 0;  // Symbolizer::prepare's threads (0: its default)
   std::string reason;  // "exit", "signal", "oom", ... (stored in the snapshot's metadata)
   AllocatorSettings allocator;  // allocator_settings
   // Objects seen loaded while recording (dlclosed ones included), so their addresses resolve.

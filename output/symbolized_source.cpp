@@ -1,5 +1,6 @@
 // Everything in output/ that calls into unwind/: the symbolized frame source and dump_snapshot().
 // Tests that fake their frames do not pull this file in, so they link without the unwinder.
+#include <algorithm>
 #include <exception>
 #include <memory>
 
@@ -61,6 +62,28 @@ std::string SymbolizedFrameSource::owner(uint32_t stack_id) {
   return o.empty() ? std::string("unknown") : o;
 }
 
+namespace {
+// The distinct native return addresses of every stack the snapshot will name, for
+// Symbolizer::prepare (Python frames have their own reader).
+std::vector<uintptr_t> native_addresses(const StateCopy& state, const unwind::StackTable& stacks) {
+  std::vector<uint32_t> ids;
+  ids.reserve(state.live.size() + state.handles.size() + state.trace.size());
+  for (const auto& r : state.live) ids.push_back(r.stack_id);
+  for (const auto& h : state.handles) ids.push_back(h.stack_id);
+  for (const auto& t : state.trace) ids.push_back(t.stack_id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<uintptr_t> pcs;
+  for (uint32_t id : ids)
+    if (id != 0)
+      for (uintptr_t pc : stacks.get(id))
+        if (unwind::PythonFrameInfo py; !unwind::describe_python_frame(pc, &py)) pcs.push_back(pc);
+  std::sort(pcs.begin(), pcs.end());
+  pcs.erase(std::unique(pcs.begin(), pcs.end()), pcs.end());
+  return pcs;
+}
+}  // namespace
+
 DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stacks, const DumpRequest& request) {
   auto start = std::chrono::steady_clock::now();
   try {
@@ -74,6 +97,13 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
       log::debug("symbolizer unavailable ({}); writing without frames", e.what());
     } catch (...) {
       log::debug("symbolizer unavailable; writing without frames");
+    }
+    if (sym && request.include_frames) {
+      try {
+        sym->prepare(native_addresses(state, stacks), request.symbolize_threads);
+      } catch (const std::exception& e) {
+        log::debug("symbolizing ahead failed ({}); frames are symbolized one by one", e.what());
+      }
     }
     if (sym) {
       SymbolizedFrameSource src(stacks, *sym, exe);

@@ -191,6 +191,7 @@ void dump_now(const char* reason) {
     // The stderr summary belongs to the end of the run; on-demand dumps say one line.
     req.print_summary = s->config.summary && at_exit;
     req.include_frames = s->config.stacks != StackMode::None;
+    req.symbolize_threads = s->config.symbolize_threads;
     req.reason = reason;
     req.module_history = s->owners.module_history();
     req.allocator = caching_mode::settings();

@@ -43,6 +43,19 @@ class Symbolizer {
   // Frames for one return address, innermost first (inlined frames expanded). Never empty.
   // The span stays valid for the Symbolizer's lifetime; asking again gives the same one.
   std::span<const SymFrame> frames(uintptr_t return_address);
+  // Symbolizes the return addresses not yet symbolized, ahead of the frames() calls that
+  // will ask for them, on up to `threads` threads (0: default_symbolize_threads()). A dump
+  // knows every distinct address it needs at once, and compilation units are independent
+  // work, so it waits a fraction as long. libdwfl is not thread-safe: each extra thread
+  // opens its own session over the same module list (kept until the Symbolizer goes). The
+  // frames are the same as one thread's; below a few hundred addresses one thread does it.
+  struct PrepareReport {
+    size_t addresses = 0;  // distinct addresses not symbolized before
+    size_t tasks = 0;      // units (or modules without debug data) they fell in; 0 when serial
+    unsigned threads = 1;  // threads that took part, the calling one included
+  };
+  PrepareReport prepare(std::span<const uintptr_t> return_addresses, unsigned threads = 0);
+
   // Path of the module containing the address, "" if none.
   std::string_view module_of(uintptr_t address);
   // The module map: the objects loaded at construction (per the dynamic loader), plus any
@@ -67,6 +80,9 @@ class Symbolizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Threads prepare() uses by default: the CPUs this process may run on, at most 8.
+unsigned default_symbolize_threads();
 
 // Path of the module that holds memtrace's own code (libmemtrace.so, or a test binary).
 std::string_view self_module();

@@ -31,13 +31,14 @@ TEST_CASE("defaults when nothing is set") {
   CHECK(c.max_entries == 500000);
   CHECK(c.skip_actions == 0);
   CHECK_FALSE(c.free_stacks);
+  CHECK(c.symbolize_threads == 0);
 }
 
 TEST_CASE("valid values are taken") {
   g_env = {{"MEMTRACE_OUTPUT", "/tmp/x-%p.pickle"}, {"MEMTRACE_SUMMARY", "0"},
            {"MEMTRACE_STACKS", "NONE"},            {"MEMTRACE_STACK_DEPTH", "32"},
            {"MEMTRACE_MAX_ENTRIES", "1000"},       {"MEMTRACE_SKIP_ACTIONS", "free_requested, oom"},
-           {"MEMTRACE_FREE_STACKS", "1"}};
+           {"MEMTRACE_FREE_STACKS", "1"},          {"MEMTRACE_SYMBOLIZE_THREADS", "3"}};
   StderrCapture cap;
   Config c = parse_config(&fake_getenv);
   CHECK(cap.text().empty());
@@ -47,6 +48,7 @@ TEST_CASE("valid values are taken") {
   CHECK(c.stack_depth == 32);
   CHECK(c.max_entries == 1000);
   CHECK(c.free_stacks);
+  CHECK(c.symbolize_threads == 3);
   CHECK(c.skip_actions == ((1u << int(Action::FreeRequested)) | (1u << int(Action::Oom))));
 }
 
@@ -73,6 +75,9 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
       {"MEMTRACE_SKIP_ACTIONS", "alloc,bogus", "skipping none"},
       {"MEMTRACE_OUTPUT", "", "MEMTRACE_OUTPUT is empty"},
       {"MEMTRACE_PYTHON", "always", "using auto"},
+      {"MEMTRACE_SYMBOLIZE_THREADS", "0", "using auto"},
+      {"MEMTRACE_SYMBOLIZE_THREADS", "65", "using auto"},
+      {"MEMTRACE_SYMBOLIZE_THREADS", "many", "using auto"},
   };
   for (const Case& k : cases) {
     g_env = {{k.var, k.value}};
@@ -88,6 +93,7 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
     CHECK(c.max_entries == d.max_entries);
     CHECK(c.summary == d.summary);
     CHECK(c.python == d.python);
+    CHECK(c.symbolize_threads == d.symbolize_threads);
   }
 }
 
@@ -168,4 +174,15 @@ TEST_CASE("rank from the launcher's variables, first set wins") {
   CHECK(process_rank(&fake_getenv) == -1);
   g_env = {{"RANK", "abc"}};
   CHECK(process_rank(&fake_getenv) == -1);
+}
+
+TEST_CASE("MEMTRACE_SYMBOLIZE_THREADS: a count or auto") {
+  for (auto [value, want] : {std::pair{"auto", 0u}, std::pair{"1", 1u}, std::pair{" 8 ", 8u}, std::pair{"64", 64u}}) {
+    g_env = {{"MEMTRACE_SYMBOLIZE_THREADS", value}};
+    StderrCapture cap;
+    Config c = parse_config(&fake_getenv);
+    INFO(value);
+    CHECK(cap.text().empty());
+    CHECK(c.symbolize_threads == want);
+  }
 }

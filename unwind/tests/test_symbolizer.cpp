@@ -410,6 +410,42 @@ TEST_CASE("symbolizer: same frames as libdw asked per address", "[symbolizer]") 
     for (auto it = samples.rbegin(); it != samples.rend(); ++it) check(sym, *it);
     CHECK(sym.unit_counts().by_libdw == 0);
   }
+  // All at once through prepare(), as a dump asks: units shared out among threads, each with
+  // its own libdwfl session; the same frames. Duplicates and addresses in no module too.
+  {
+    std::vector<uintptr_t> rets;
+    for (const Sample& s : samples) rets.push_back(s.pc + 1);
+    for (size_t i = 0; i < samples.size(); i += 7) rets.push_back(samples[i].pc + 1);
+    const uintptr_t nowhere[] = {0, 1, 0x10, ~uintptr_t{0}};
+    rets.insert(rets.end(), std::begin(nowhere), std::end(nowhere));
+    Symbolizer serial;
+    Symbolizer sym;
+    const auto rep = sym.prepare(rets, 4);
+    CHECK(rep.addresses == samples.size() + 4);
+    CHECK(rep.tasks >= 5);  // the program's units, the libraries' units, libstdc++, nowhere
+    CHECK(rep.threads == 4);
+    for (const Sample& s : samples) check(sym, s);
+    for (uintptr_t r : nowhere) {
+      INFO("return address " << hex(r));
+      const auto a = serial.frames(r);
+      const auto b = sym.frames(r);
+      REQUIRE(a.size() == b.size());
+      CHECK(a[0].function == b[0].function);
+    }
+    CHECK(sym.unit_counts().units >= 4);
+    CHECK(sym.unit_counts().by_libdw == 0);
+    // Asked again, nothing is left to do.
+    CHECK(sym.prepare(rets, 4).addresses == 0);
+    // One thread, or too few addresses to share out: done on the calling thread.
+    Symbolizer one;
+    CHECK(one.prepare(rets, 1).threads == 1);
+    for (const Sample& s : samples) check(one, s);
+    Symbolizer few;
+    const auto small = few.prepare(std::span(rets).first(100), 4);
+    CHECK(small.threads == 1);
+    CHECK(small.addresses == 100);
+    for (size_t i = 0; i < 100; ++i) check(few, samples[i]);
+  }
   dwfl_end(dwfl);
   INFO("compared " << compared << ", with inlined frames " << inlined << ", with a line " << with_line);
   // The sample must exercise what the indexes replace.
