@@ -29,6 +29,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <memory>
 #include <span>
@@ -36,6 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/addr_map.hpp"
 #include "unwind/dwarf_unit_reader.hpp"
 #include "unwind/line_table.hpp"
 #include "unwind/module_map.hpp"
@@ -233,7 +235,22 @@ struct Symbolizer::Impl {
   std::deque<ModuleInfo> modules;  // a deque: module_of() hands out views of paths
   // Frames of every address symbolized so far, by return address. They sit in blocks that
   // never move (a span per address), so one allocation serves thousands of addresses.
-  std::unordered_map<uintptr_t, std::span<const SymFrame>> cache;
+  // (Open addressing: the writer asks again for every frame of every stack it writes.)
+  AddrMap<std::span<const SymFrame>> cache;  // keys are non-zero: address 0 is kept aside
+  std::span<const SymFrame> zero_frames;
+  bool have_zero = false;
+  const std::span<const SymFrame>* cached(uintptr_t ret) {
+    if (ret == 0) return have_zero ? &zero_frames : nullptr;
+    return cache.find(ret);
+  }
+  void remember(uintptr_t ret, std::span<const SymFrame> frames) {
+    if (ret == 0) {
+      zero_frames = frames;
+      have_zero = true;
+    } else if (!cache.put(ret, frames)) {
+      throw std::bad_alloc();
+    }
+  }
   std::vector<std::unique_ptr<SymFrame[]>> frame_blocks;
   SymFrame* block_next = nullptr;
   size_t block_left = 0;
@@ -300,27 +317,35 @@ struct Symbolizer::Impl {
   // the names in bench_symbolize, less than hashing every name costs.) The maps view mapped
   // data, so they are cleared whenever the module list is re-read.
   Demangler demangler;
-  std::unordered_map<const char*, const std::string*> elf_names, dwarf_names;
+  // (Open addressing keyed by the pointer: a node-based map cost a cache miss per step.)
+  using NameMap = AddrMap<const std::string*>;
+  NameMap elf_names, dwarf_names;
 
   const std::string* demangled(std::string_view mangled) { return &names.emplace_back(demangler(mangled)); }
 
+  // The name cached under key, or the one make() gives, cached.
+  template <typename Make>
+  static const std::string& name_by(NameMap& map, const void* key, Make&& make) {
+    const auto k = reinterpret_cast<uint64_t>(key);
+    if (const std::string** known = map.find(k)) return **known;
+    const std::string* got = make();
+    if (!map.put(k, got)) throw std::bad_alloc();
+    return *got;
+  }
+
   const std::string& elf_name_of(const char* raw) {
-    auto [it, fresh] = elf_names.try_emplace(raw);
-    if (fresh) {
+    return name_by(elf_names, raw, [&] {
       // Debug-file symbol tables may spell versions in: "__libc_start_main@@GLIBC_2.34".
       const char* at = std::strchr(raw, '@');
-      it->second = demangled(at != nullptr ? std::string_view(raw, at - raw) : std::string_view(raw));
-    }
-    return *it->second;
+      return demangled(at != nullptr ? std::string_view(raw, at - raw) : std::string_view(raw));
+    });
   }
 
   // The demangled name of a DIE (see die_raw_name); "" when it has none.
   const std::string& dwarf_name_of(Dwarf_Die* die) {
     const char* raw = die_raw_name(die);
     if (raw == nullptr) return empty_name;
-    auto [it, fresh] = dwarf_names.try_emplace(raw);
-    if (fresh) it->second = demangled(raw);
-    return *it->second;
+    return name_by(dwarf_names, raw, [&] { return demangled(raw); });
   }
 
   // Per compilation unit, its line table (see LineTable); retired with the indexes.
@@ -366,13 +391,11 @@ struct Symbolizer::Impl {
   }
 
   // Names by abstract origin (see ScopeIndex::Node::origin); cleared with the indexes.
-  std::unordered_map<const void*, const std::string*> origin_names;
+  NameMap origin_names;
 
   const std::string& node_name(ScopeIndex& index, ScopeIndex::Node& node) {
     if (node.origin == nullptr) return index_name(index, node);
-    auto [it, fresh] = origin_names.try_emplace(node.origin);
-    if (fresh) it->second = &index_name(index, node);
-    return *it->second;
+    return name_by(origin_names, node.origin, [&] { return &index_name(index, node); });
   }
 
   // die_raw_name's answer read through the unit's own reader (libdw's attribute calls cost
@@ -403,9 +426,7 @@ struct Symbolizer::Impl {
     }
     const char* raw = linkage != nullptr ? linkage : mips != nullptr ? mips : name;
     if (raw == nullptr) return empty_name;
-    auto [it, fresh] = dwarf_names.try_emplace(raw);
-    if (fresh) it->second = demangled(raw);
-    return *it->second;
+    return name_by(dwarf_names, raw, [&] { return demangled(raw); });
   }
 
   // DW_AT_call_file and DW_AT_call_line of an inlined instance, through the unit's reader
@@ -648,19 +669,22 @@ struct Symbolizer::Impl {
     return cudie != nullptr ? static_cast<const void*>(cudie->addr) : static_cast<const void*>(mod);
   }
 
-  std::span<const SymFrame> frames(uintptr_t ret) {
-    auto [it, fresh] = cache.try_emplace(ret);
-    if (fresh) {
-      try {
-        symbolize(ret);
-      } catch (...) {
-        cache.erase(it);
-        throw;
-      }
-      it->second = store(out);
-    }
-    return it->second;
+  // Loads what symbolizing any address of ret's module needs first: its debug data, units
+  // by address and symbol index.
+  void warm(uintptr_t ret) {
+    bool in_unit = false;
+    work_key(ret, &in_unit);
+    if (Dwfl_Module* mod = module_at(ret > 0 ? ret - 1 : 0)) symbol_index(mod);
   }
+
+  std::span<const SymFrame> frames(uintptr_t ret) {
+    if (const auto* known = cached(ret)) return *known;
+    symbolize(ret);
+    const std::span<const SymFrame> got = store(out);
+    remember(ret, got);
+    return got;
+  }
+
 
   // Sessions opened by prepare()'s other threads: the frames they made view their strings.
   std::vector<std::unique_ptr<Impl>> helpers;
@@ -803,11 +827,10 @@ Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_
   {
     std::unordered_set<uintptr_t> seen;
     for (uintptr_t r : return_addresses)
-      if (!m.cache.contains(r) && seen.insert(r).second) pending.push_back(r);
+      if (m.cached(r) == nullptr && seen.insert(r).second) pending.push_back(r);
   }
   PrepareReport report;
   report.addresses = pending.size();
-  m.cache.reserve(m.cache.size() + pending.size());
   if (threads <= 1 || m.dwfl == nullptr || pending.size() < kMinParallel) {
     for (uintptr_t r : pending) m.frames(r);
     return report;
@@ -839,8 +862,17 @@ Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_
     batch.cv.notify_all();
   };
 
-  // Helpers first: they open their sessions while this thread sorts the work. They take
-  // no signals, as the program's handlers expect its own threads.
+  // One address per module, for the helpers to load each module with.
+  std::vector<uintptr_t> per_module;
+  {
+    std::unordered_set<Dwfl_Module*> seen;
+    for (uintptr_t r : pending)
+      if (Dwfl_Module* mod = m.module_at(r > 0 ? r - 1 : 0); mod != nullptr && seen.insert(mod).second)
+        per_module.push_back(r);
+  }
+
+  // Helpers first: they open their sessions and load the modules while this thread sorts
+  // the work. They take no signals, as the program's handlers expect its own threads.
   std::vector<std::unique_ptr<Impl>> opened(threads - 1);
   std::vector<std::thread> pool;
   pool.reserve(opened.size());
@@ -851,10 +883,12 @@ Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (size_t t = 0; t < opened.size(); ++t) {
       try {
-        pool.emplace_back([&batch, &opened, &run_tasks, t, unloaded = m.unloaded]() mutable {
+        pool.emplace_back([&batch, &opened, &run_tasks, &per_module, t, unloaded = m.unloaded]() mutable {
           try {
             // Kept even if this thread fails part-way: finished tasks' frames view it.
             opened[t] = std::make_unique<Impl>(std::move(unloaded));
+            if (opened[t]->dwfl != nullptr)
+              for (uintptr_t r : per_module) opened[t]->warm(r);
             {
               std::unique_lock lock(batch.mu);
               batch.cv.wait(lock, [&batch] { return batch.ready; });
@@ -910,7 +944,7 @@ Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_
     const auto& got = batch.results[i];
     for (size_t j = 0; j < task.size(); ++j)
       if (got.size() == task.size()) {
-        m.cache.emplace(task[j], got[j]);
+        m.remember(task[j], got[j]);
       } else {
         m.frames(task[j]);  // a helper failed part-way (out of memory): done here instead
       }
