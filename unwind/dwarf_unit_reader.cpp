@@ -1,5 +1,7 @@
 #include "unwind/dwarf_unit_reader.hpp"
 
+#include "unwind/libdw_lock.hpp"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <gelf.h>
@@ -13,6 +15,7 @@
 namespace memtrace::unwind::detail {
 
 bool UnitReader::open(Dwarf_Die* cudie) {
+  LibdwLock lock(libdw_mutex());
   cu = cudie->cu;
   Dwarf_Die tmp;
   Dwarf_Half version = 0;
@@ -325,6 +328,7 @@ const UnitReader::Abbrev* UnitReader::abbrev(uint64_t code, const unsigned char*
   }
   if (*slot != nullptr) return slot->get();
   // First DIE with this code: libdw parses the abbreviation.
+  LibdwLock lock(libdw_mutex());
   Dwarf_Die die{const_cast<unsigned char*>(die_addr), cu, nullptr, 0};
   dwarf_tag(&die);
   Dwarf_Abbrev* da = die.abbrev;

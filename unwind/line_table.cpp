@@ -1,5 +1,7 @@
 #include "unwind/line_table.hpp"
 
+#include "unwind/libdw_lock.hpp"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 
@@ -75,17 +77,21 @@ bool LineTable::read(Dwarf_Die* cudie, const unsigned char* section, size_t size
   Dwarf_CU* cu = cudie->cu;
   Dwarf_Half cu_version = 0;
   uint8_t unit_type = 0, addr_size = 0, cu_offset_size = 0;
-  if (dwarf_cu_info(cu, &cu_version, &unit_type, nullptr, nullptr, nullptr, &addr_size,
-                    &cu_offset_size) != 0 ||
-      (unit_type != DW_UT_compile && unit_type != DW_UT_partial) ||
-      (addr_size != 4 && addr_size != 8))
-    return false;
-  Dwarf_Attribute attr;
   Dwarf_Word stmt_list = 0;
-  if (dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &attr), &stmt_list) != 0 ||
-      stmt_list >= size)
-    return false;
-  const char* comp_dir = dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &attr));
+  const char* comp_dir = nullptr;
+  {
+    LibdwLock lock(libdw_mutex());
+    if (dwarf_cu_info(cu, &cu_version, &unit_type, nullptr, nullptr, nullptr, &addr_size,
+                      &cu_offset_size) != 0 ||
+        (unit_type != DW_UT_compile && unit_type != DW_UT_partial) ||
+        (addr_size != 4 && addr_size != 8))
+      return false;
+    Dwarf_Attribute attr;
+    if (dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &attr), &stmt_list) != 0 ||
+        stmt_list >= size)
+      return false;
+    comp_dir = dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &attr));
+  }
 
   // Header.
   Cursor c{section + stmt_list, section + size};

@@ -1,5 +1,7 @@
 #include "unwind/scope_index.hpp"
 
+#include "unwind/libdw_lock.hpp"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 
@@ -16,12 +18,16 @@ ScopeIndex::ScopeIndex(Dwarf_Die* cudie, const UnitReader::Strings& strings) {
     usable = false;
     return;
   }
+  const char* producer = nullptr;
+  {
+    LibdwLock lock(libdw_mutex());
+    Dwarf_Attribute attr;
+    producer = dwarf_formstring(dwarf_attr(cudie, DW_AT_producer, &attr));
+  }
   // GCC gives every DIE that has children a DW_AT_sibling, except the last child of its
   // parent (dwarf2out.cc, add_sibling_attributes). So in GCC's units a DIE with children
   // and no sibling ends where its parent's list does, and is stepped over without reading
   // its subtree. Other producers get the subtree read.
-  Dwarf_Attribute attr;
-  const char* producer = dwarf_formstring(dwarf_attr(cudie, DW_AT_producer, &attr));
   gcc_ = producer != nullptr && std::strncmp(producer, "GNU ", 4) == 0;
   const unsigned char* p = static_cast<const unsigned char*>(cudie->addr);
   const UnitReader::Abbrev* a = unit.read_die(p);
@@ -94,6 +100,7 @@ const unsigned char* ScopeIndex::read_list(int parent, const unsigned char* p,
         if (start < end) pending.push_back({start, end, node});
       }
     } else if (a->may_have_pc) {
+      LibdwLock lock(libdw_mutex());
       Dwarf_Addr base = 0, start = 0, end = 0;
       ptrdiff_t off = 0;
       Dwarf_Die die{const_cast<unsigned char*>(die_addr), unit.cu, nullptr, 0};

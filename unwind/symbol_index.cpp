@@ -1,5 +1,7 @@
 #include "unwind/symbol_index.hpp"
 
+#include "unwind/libdw_lock.hpp"
+
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -50,6 +52,7 @@ int SymbolIndex::binding_value(unsigned char info) {
 }
 
 size_t SymbolIndex::section_of(GElf_Addr addr) const {
+  LibdwLock lock(libdw_mutex());  // (a lookup may come from Symbolizer::prepare's threads)
   Dwarf_Addr a = addr, bias = 0;
   Elf_Scn* scn = dwfl_module_address_section(mod_, &a, &bias);
   return scn != nullptr ? elf_ndxscn(scn) : SHN_UNDEF;

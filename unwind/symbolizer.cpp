@@ -39,6 +39,7 @@
 
 #include "core/addr_map.hpp"
 #include "unwind/dwarf_unit_reader.hpp"
+#include "unwind/libdw_lock.hpp"
 #include "unwind/line_table.hpp"
 #include "unwind/module_map.hpp"
 #include "unwind/scope_index.hpp"
@@ -46,6 +47,8 @@
 
 namespace memtrace::unwind {
 
+using detail::libdw_mutex;
+using detail::LibdwLock;
 using detail::LineTable;
 using detail::line_table_file;
 using detail::ScopeIndex;
@@ -251,6 +254,10 @@ struct Symbolizer::Impl {
       throw std::bad_alloc();
     }
   }
+  // What one thread symbolizing needs for itself: its answer being built, the strings its
+  // frames view and the caches of names it demangled. prepare()'s threads each have one and
+  // share the rest of the Impl; they are kept, since the frames they made view them.
+  struct Worker {
   std::vector<std::unique_ptr<SymFrame[]>> frame_blocks;
   SymFrame* block_next = nullptr;
   size_t block_left = 0;
@@ -268,13 +275,6 @@ struct Symbolizer::Impl {
     block_left -= frames.size();
     return {at, frames.size()};
   }
-  // Per compilation unit (keyed by the address of its DIE in the mapped debug data), the
-  // scope index; cleared whenever the module list is re-read, since modules may have gone.
-  std::unordered_map<const void*, std::unique_ptr<ScopeIndex>> scope_indexes;
-  // Per module, its symbol index (built on first use); cleared with the scope indexes.
-  std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
-  uint64_t generation = 0;
-  std::vector<LoadedObject> unloaded;  // add_unloaded_modules()
   // Every string a SymFrame views (names, file names, module+0xoffset), kept for the
   // Symbolizer's lifetime: frames handed out stay valid when the module list is re-read.
   // A node-based set, so that its strings never move.
@@ -309,7 +309,6 @@ struct Symbolizer::Impl {
     return {at, size};
   }
   std::deque<std::string> names;  // demangled names, each once (see below): no set needed
-  const std::string empty_name;
 
   // Demangled names by the address of the mangled string in the module's mapped symbol
   // table or debug data: each is demangled once, as __cxa_demangle dominates the cost of a
@@ -343,11 +342,41 @@ struct Symbolizer::Impl {
 
   // The demangled name of a DIE (see die_raw_name); "" when it has none.
   const std::string& dwarf_name_of(Dwarf_Die* die) {
-    const char* raw = die_raw_name(die);
+    const char* raw = nullptr;
+    {
+      LibdwLock lock(libdw_mutex());
+      raw = die_raw_name(die);
+    }
     if (raw == nullptr) return empty_name;
     return name_by(dwarf_names, raw, [&] { return demangled(raw); });
   }
 
+  // Names by abstract origin (see ScopeIndex::Node::origin); cleared with the indexes.
+  NameMap origin_names;
+
+  // The symbol index of the module asked about last (a task's addresses share one).
+  Dwfl_Module* symbols_mod = nullptr;
+  const SymbolIndex* symbols_index = nullptr;
+  const SymbolIndex& symbols(Dwfl_Module* mod, Impl& impl) {
+    if (mod != symbols_mod) {
+      symbols_index = &impl.symbol_index(mod);
+      symbols_mod = mod;
+    }
+    return *symbols_index;
+  }
+
+  };
+  Worker main_worker;
+  std::vector<std::unique_ptr<Worker>> workers;  // prepare()'s other threads'
+  static inline const std::string empty_name{};
+
+  // Per compilation unit (keyed by the address of its DIE in the mapped debug data), the
+  // scope index; cleared whenever the module list is re-read, since modules may have gone.
+  std::unordered_map<const void*, std::unique_ptr<ScopeIndex>> scope_indexes;
+  // Per module, its symbol index (built on first use); cleared with the scope indexes.
+  std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
+  uint64_t generation = 0;
+  std::vector<LoadedObject> unloaded;  // add_unloaded_modules()
   // Per compilation unit, its line table (see LineTable); retired with the indexes.
   std::unordered_map<const void*, std::unique_ptr<LineTable>> line_tables;
   std::vector<std::unique_ptr<LineTable>> retired_line_tables;
@@ -356,6 +385,7 @@ struct Symbolizer::Impl {
 
   // The module's .debug_line, .debug_line_str and .debug_str, found once.
   const LineTable::Sections& sections_of(Dwarf* dbg) {
+    LibdwLock lock(libdw_mutex());  // (libelf's, and the map shared by prepare()'s threads)
     auto [it, fresh] = line_sections.try_emplace(dbg);
     if (fresh) {
       Elf* elf = dwarf_getelf(dbg);
@@ -368,10 +398,18 @@ struct Symbolizer::Impl {
   }
 
   // The unit's line table, or null where libdw must answer.
-  const LineTable* line_table(Dwarf_Die* cudie) {
-    auto& slot = line_tables[cudie->addr];
+  // slot: the unit's entry in line_tables, when the caller has it (prepare()'s threads do:
+  // they never look in the map, which the routing thread may be adding to).
+  const LineTable* line_table(Dwarf_Die* cudie, std::unique_ptr<LineTable>* known = nullptr) {
+    auto& slot = known != nullptr ? *known : unit_slot(line_tables, cudie);
     if (slot == nullptr) slot = std::make_unique<LineTable>(cudie, sections_of(dwarf_cu_getdwarf(cudie->cu)));
     return slot->usable ? slot.get() : nullptr;
+  }
+
+  template <typename Map>
+  static typename Map::mapped_type& unit_slot(Map& map, Dwarf_Die* cudie) {
+    auto it = map.find(cudie->addr);
+    return it != map.end() ? it->second : map[cudie->addr];
   }
 
   static std::pair<const unsigned char*, size_t> section_data(Elf* elf, const char* want) {
@@ -390,17 +428,14 @@ struct Symbolizer::Impl {
     return {nullptr, 0};
   }
 
-  // Names by abstract origin (see ScopeIndex::Node::origin); cleared with the indexes.
-  NameMap origin_names;
-
-  const std::string& node_name(ScopeIndex& index, ScopeIndex::Node& node) {
-    if (node.origin == nullptr) return index_name(index, node);
-    return name_by(origin_names, node.origin, [&] { return &index_name(index, node); });
+  const std::string& node_name(Worker& w, ScopeIndex& index, ScopeIndex::Node& node) {
+    if (node.origin == nullptr) return index_name(w, index, node);
+    return Worker::name_by(w.origin_names, node.origin, [&] { return &index_name(w, index, node); });
   }
 
   // die_raw_name's answer read through the unit's own reader (libdw's attribute calls cost
   // several times more), or from libdw where the reader leaves a form to it.
-  const std::string& index_name(ScopeIndex& index, const ScopeIndex::Node& node) {
+  const std::string& index_name(Worker& w, ScopeIndex& index, const ScopeIndex::Node& node) {
     const char* linkage = nullptr;
     const char* mips = nullptr;
     const char* name = nullptr;
@@ -422,28 +457,30 @@ struct Symbolizer::Impl {
     }
     if (!ok) {
       Dwarf_Die d = index.die(node);
-      return dwarf_name_of(&d);
+      return w.dwarf_name_of(&d);
     }
     const char* raw = linkage != nullptr ? linkage : mips != nullptr ? mips : name;
     if (raw == nullptr) return empty_name;
-    return name_by(dwarf_names, raw, [&] { return demangled(raw); });
+    return Worker::name_by(w.dwarf_names, raw, [&] { return w.demangled(raw); });
   }
 
   // DW_AT_call_file and DW_AT_call_line of an inlined instance, through the unit's reader
   // where it can (see call_site for libdw's way).
-  void node_call_site(ScopeIndex& index, ScopeIndex::Node& node, const LineTable* table) {
+  void node_call_site(Worker& w, ScopeIndex& index, ScopeIndex::Node& node, const LineTable* table) {
     UnitReader::Naming n;
     if (table != nullptr && index.unit.naming(node.die, n)) {
       node.call_line = n.has_call_line ? static_cast<int>(n.call_line) : 0;
       node.call_file = n.has_call_file ? line_table_file(table, n.call_file) : nullptr;
     } else {
       Dwarf_Die d = index.die(node);
-      call_site(&d, table, text, node.call_file, node.call_line);
+      LibdwLock lock(libdw_mutex());
+      call_site(&d, table, w.text, node.call_file, node.call_line);
     }
     node.have_call = true;
   }
 
   const SymbolIndex& symbol_index(Dwfl_Module* mod) {
+    LibdwLock lock(libdw_mutex());
     auto& slot = symbol_indexes[mod];
     if (slot == nullptr) slot = std::make_unique<SymbolIndex>(mod);
     return *slot;
@@ -518,8 +555,8 @@ struct Symbolizer::Impl {
     return &r->second;
   }
 
-  ScopeIndex* scope_index(Dwarf_Die* cudie) {
-    auto& slot = scope_indexes[cudie->addr];
+  ScopeIndex* scope_index(Dwarf_Die* cudie, std::unique_ptr<ScopeIndex>* known = nullptr) {
+    auto& slot = known != nullptr ? *known : unit_slot(scope_indexes, cudie);
     if (slot == nullptr) {
       const LineTable::Sections& sec = sections_of(dwarf_cu_getdwarf(cudie->cu));
       UnitReader::Strings strings{sec.str.first, sec.str.second, sec.line_str.first,
@@ -529,7 +566,7 @@ struct Symbolizer::Impl {
     return slot->usable ? slot.get() : nullptr;
   }
 
-  explicit Impl(std::vector<LoadedObject> unloaded_objects = {}) : unloaded(std::move(unloaded_objects)) {
+  Impl() {
     callbacks.find_elf = dwfl_linux_proc_find_elf;
     callbacks.find_debuginfo = find_debuginfo;
     callbacks.debuginfo_path = &debuginfo_path;
@@ -550,9 +587,12 @@ struct Symbolizer::Impl {
     unit_ranges.clear();
     units_by_range.clear();
     symbol_indexes.clear();
-    elf_names.clear();
-    dwarf_names.clear();
-    origin_names.clear();
+    for (Worker* w : all_workers()) {
+      w->elf_names.clear();
+      w->dwarf_names.clear();
+      w->origin_names.clear();
+      w->symbols_mod = nullptr;
+    }
     // Frames handed out view the tables' file names: the tables are kept, unused.
     for (auto& [cu, table] : line_tables) retired_line_tables.push_back(std::move(table));
     line_tables.clear();
@@ -656,71 +696,76 @@ struct Symbolizer::Impl {
     return cudie;
   }
 
-  // What symbolizing ret reads: its compilation unit, else its module (symbol table only),
-  // else nothing (null). Addresses with the same key share every index built for them.
-  const void* work_key(uintptr_t ret, bool* in_unit) {
-    const uintptr_t pc = ret > 0 ? ret - 1 : 0;
-    Dwfl_Module* mod = module_at(pc);
-    if (mod == nullptr) return nullptr;
+  // Where an address is: its module and compilation unit, found through libdwfl (so by one
+  // thread: prepare() finds every address's place before its threads start).
+  struct Place {
+    Dwfl_Module* mod = nullptr;  // null: in no module
+    const ModuleInfo* info = nullptr;
+    Dwarf_Die* cudie = nullptr;  // null: no unit covers it
     Dwarf_Addr bias = 0;
-    bool by_ranges = false;
-    Dwarf_Die* cudie = unit_at(mod, pc, &bias, &by_ranges);
-    *in_unit = cudie != nullptr;
-    return cudie != nullptr ? static_cast<const void*>(cudie->addr) : static_cast<const void*>(mod);
+    bool found_by_ranges = false;
+    std::unique_ptr<LineTable>* line_slot = nullptr;    // the unit's entries in line_tables
+    std::unique_ptr<ScopeIndex>* scope_slot = nullptr;  // and scope_indexes, when known
+  };
+  Place place_of(uintptr_t ret) { return place_in(module_at(ret > 0 ? ret - 1 : 0), ret); }
+  Place place_in(Dwfl_Module* mod, uintptr_t ret) {
+    Place at;
+    at.mod = mod;
+    if (at.mod == nullptr) return at;
+    at.info = info_of(at.mod);
+    at.cudie = unit_at(at.mod, ret > 0 ? ret - 1 : 0, &at.bias, &at.found_by_ranges);
+    return at;
   }
 
-  // Loads what symbolizing any address of ret's module needs first: its debug data, units
-  // by address and symbol index.
-  void warm(uintptr_t ret) {
-    bool in_unit = false;
-    work_key(ret, &in_unit);
-    if (Dwfl_Module* mod = module_at(ret > 0 ? ret - 1 : 0)) symbol_index(mod);
+  std::vector<Worker*> all_workers() {
+    std::vector<Worker*> all{&main_worker};
+    for (auto& w : workers) all.push_back(w.get());
+    return all;
   }
 
   std::span<const SymFrame> frames(uintptr_t ret) {
     if (const auto* known = cached(ret)) return *known;
-    symbolize(ret);
-    const std::span<const SymFrame> got = store(out);
+    symbolize(main_worker, ret, place_of(ret));
+    const std::span<const SymFrame> got = main_worker.store(main_worker.out);
     remember(ret, got);
     return got;
   }
 
-
-  // Sessions opened by prepare()'s other threads: the frames they made view their strings.
-  std::vector<std::unique_ptr<Impl>> helpers;
-
-  // Fills out.
-  void symbolize(uintptr_t ret) {
+  // Fills w.out. Runs on prepare()'s threads too: what it reads that they share is either
+  // read-only by then or taken under the libdw lock.
+  void symbolize(Worker& w, uintptr_t ret, const Place& at) {
+    std::vector<SymFrame>& out = w.out;
     out.clear();
     // A return address points after the call; the call itself is one byte earlier.
     const uintptr_t pc = ret > 0 ? ret - 1 : 0;
-    Dwfl_Module* mod = module_at(pc);
+    Dwfl_Module* mod = at.mod;
     if (mod == nullptr) {
-      out.push_back({offset_name("[unknown]", ret), "", 0});
+      out.push_back({w.offset_name("[unknown]", ret), "", 0});
       return;
     }
-    ModuleInfo* info = info_of(mod);
+    const ModuleInfo* info = at.info;
 
     // ELF symbol (the real, out-of-line function).
     // (What dwfl_module_addrinfo would answer; a sized symbol is only ever chosen when it
     // contains pc, so past its st_size there is no name and module+0xoffset is printed.)
-    const char* name = symbol_index(mod).lookup(pc);
+    const char* name = w.symbols(mod, *this).lookup(pc);
     const std::string& elf_name =
-        name != nullptr && name[0] != '\0' ? elf_name_of(name) : empty_name;
+        name != nullptr && name[0] != '\0' ? w.elf_name_of(name) : empty_name;
 
     // Source line at pc, when a compilation unit covers it (a line table alone would answer
     // for code without debug info, such as _start, with the nearest row below).
     const std::string* file = &empty_name;  // points into a line table or text
     int line = 0;
-    Dwarf_Addr bias = 0;
-    bool found_by_ranges = false;
-    Dwarf_Die* cudie = unit_at(mod, pc, &bias, &found_by_ranges);
-    const LineTable* table = cudie != nullptr ? line_table(cudie) : nullptr;
+    const Dwarf_Addr bias = at.bias;
+    const bool found_by_ranges = at.found_by_ranges;
+    Dwarf_Die* cudie = at.cudie;
+    const LineTable* table = cudie != nullptr ? line_table(cudie, at.line_slot) : nullptr;
     if (table != nullptr) {
       const std::string* src = nullptr;
       if (table->lookup(pc - bias, src, line)) file = src;
     } else if (cudie != nullptr) {
       // libdw's answer: through the unit found here when its own lookup by address has none.
+      LibdwLock lock(libdw_mutex());
       Dwarf_Line* dl = nullptr;
       Dwarf_Addr line_bias = 0;
       if (found_by_ranges) {
@@ -729,14 +774,14 @@ struct Symbolizer::Impl {
         dl = dwfl_dwarf_line(l, &line_bias);
       }
       if (dl != nullptr) {
-        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = keep(src);
+        if (const char* src = dwarf_linesrc(dl, nullptr, nullptr)) file = w.keep(src);
         dwarf_lineno(dl, &line);
       }
     }
 
     // Inlined frames: the DIE nesting around the innermost scope at pc.
     bool have_function = false;
-    ScopeIndex* index = cudie != nullptr ? scope_index(cudie) : nullptr;
+    ScopeIndex* index = cudie != nullptr ? scope_index(cudie, at.scope_slot) : nullptr;
     int innermost = -1;
     if (index != nullptr) {
       innermost = index->innermost(pc - bias);
@@ -746,13 +791,13 @@ struct Symbolizer::Impl {
       for (int i = innermost; i >= 0; i = index->nodes[i].parent) {
         ScopeIndex::Node& node = index->nodes[i];
         if (node.tag == DW_TAG_inlined_subroutine) {
-          if (node.name == nullptr) node.name = &node_name(*index, node);
+          if (node.name == nullptr) node.name = &node_name(w, *index, node);
           out.push_back({*node.name, *file, line});
-          if (!node.have_call) node_call_site(*index, node, table);
+          if (!node.have_call) node_call_site(w, *index, node, table);
           file = node.call_file != nullptr ? node.call_file : &empty_name;
           line = node.call_line;
         } else if (node.tag == DW_TAG_subprogram || node.tag == DW_TAG_entry_point) {
-          if (elf_name.empty() && node.name == nullptr) node.name = &node_name(*index, node);
+          if (elf_name.empty() && node.name == nullptr) node.name = &node_name(w, *index, node);
           const std::string& fn = elf_name.empty() ? *node.name : elf_name;
           if (!fn.empty()) {
             out.push_back({fn, *file, line});
@@ -762,6 +807,7 @@ struct Symbolizer::Impl {
         }
       }
     } else if (cudie != nullptr) {
+      LibdwLock lock(libdw_mutex());
       Dwarf_Die* scopes = nullptr;
       int n = dwarf_getscopes(cudie, pc - bias, &scopes);
       if (n > 0) {
@@ -773,11 +819,11 @@ struct Symbolizer::Impl {
           Dwarf_Die* d = &scopes[i];
           int tag = dwarf_tag(d);
           if (tag == DW_TAG_inlined_subroutine) {
-            out.push_back({dwarf_name_of(d), *file, line});
-            call_site(d, table, text, file, line);
+            out.push_back({w.dwarf_name_of(d), *file, line});
+            call_site(d, table, w.text, file, line);
             if (file == nullptr) file = &empty_name;
           } else if (tag == DW_TAG_subprogram || tag == DW_TAG_entry_point) {
-            const std::string& fn = elf_name.empty() ? dwarf_name_of(d) : elf_name;
+            const std::string& fn = elf_name.empty() ? w.dwarf_name_of(d) : elf_name;
             if (!fn.empty()) {
               out.push_back({fn, *file, line});
               have_function = true;
@@ -793,7 +839,7 @@ struct Symbolizer::Impl {
       if (fn.empty()) {
         std::string_view mod_path = info != nullptr ? std::string_view(info->path) : "";
         uintptr_t base = info != nullptr ? info->bias : 0;
-        fn = offset_name(base_name(mod_path), ret - base);
+        fn = w.offset_name(base_name(mod_path), ret - base);
       }
       out.push_back({fn, *file, line});
     }
@@ -836,66 +882,83 @@ Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_
     return report;
   }
 
-  // One task per compilation unit (or per module without debug data): each index a task
-  // builds is its own. Costliest first, so that the last to finish are small.
-  struct Batch {
-    std::vector<std::vector<uintptr_t>> tasks;
-    std::vector<std::vector<std::span<const SymFrame>>> results;  // per task, per address
-    std::atomic<size_t> next{0};
+  // Addresses by module, found before any other thread starts (finding one may re-read the
+  // module list, which drops every index).
+  std::vector<std::pair<Dwfl_Module*, std::vector<uintptr_t>>> by_module;
+  {
+    std::unordered_map<Dwfl_Module*, size_t> index_of;
+    for (uintptr_t r : pending) {
+      Dwfl_Module* mod = m.module_at(r > 0 ? r - 1 : 0);
+      auto [it, fresh] = index_of.try_emplace(mod, by_module.size());
+      if (fresh) by_module.push_back({mod, {}});
+      by_module[it->second].second.push_back(r);
+    }
+  }
+  std::stable_sort(by_module.begin(), by_module.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+
+  // One task per compilation unit, or per module without debug data: each unit's indexes
+  // are built and read by one thread. This thread finds every address's place (libdwfl
+  // loads a module's debug data then), module by module, and hands out a module's tasks as
+  // soon as they are known, costliest first: an address in a unit with debug data costs
+  // about ten times one named by a symbol table alone (bench_symbolize: 9 us against
+  // 0.3-1.2 us).
+  struct Task {
+    size_t cost = 0;
+    std::vector<std::pair<uintptr_t, Impl::Place>> addresses;
+    std::vector<std::span<const SymFrame>> frames;  // when done: one per address
+  };
+  std::deque<Task> tasks;  // (a deque: handed-out tasks stay where they are)
+  struct Queue {
     std::mutex mu;
     std::condition_variable cv;
-    bool ready = false;  // tasks are set (or there are none: an error)
-  } batch;
-  auto run_tasks = [&batch](Impl& impl) {
-    for (size_t i; (i = batch.next.fetch_add(1)) < batch.tasks.size();) {
-      std::vector<std::span<const SymFrame>> got;
-      got.reserve(batch.tasks[i].size());
-      for (uintptr_t r : batch.tasks[i]) got.push_back(impl.frames(r));
-      batch.results[i] = std::move(got);  // complete or not at all
-    }
-  };
-  auto release = [&batch] {
+    std::deque<Task*> ready;
+    bool done = false;  // no more tasks will come
+  } q;
+  auto close = [&q] {
     {
-      std::lock_guard lock(batch.mu);
-      batch.ready = true;
+      std::lock_guard lock(q.mu);
+      q.done = true;
     }
-    batch.cv.notify_all();
+    q.cv.notify_all();
+  };
+  auto run = [&](Impl::Worker& w) {
+    for (;;) {
+      Task* t = nullptr;
+      {
+        std::unique_lock lock(q.mu);
+        q.cv.wait(lock, [&q] { return !q.ready.empty() || q.done; });
+        if (q.ready.empty()) return;
+        t = q.ready.front();
+        q.ready.pop_front();
+      }
+      std::vector<std::span<const SymFrame>> got;
+      got.reserve(t->addresses.size());
+      for (const auto& [r, at] : t->addresses) {
+        m.symbolize(w, r, at);
+        got.push_back(w.store(w.out));
+      }
+      t->frames = std::move(got);  // complete or not at all
+    }
   };
 
-  // One address per module, for the helpers to load each module with.
-  std::vector<uintptr_t> per_module;
-  {
-    std::unordered_set<Dwfl_Module*> seen;
-    for (uintptr_t r : pending)
-      if (Dwfl_Module* mod = m.module_at(r > 0 ? r - 1 : 0); mod != nullptr && seen.insert(mod).second)
-        per_module.push_back(r);
-  }
-
-  // Helpers first: they open their sessions and load the modules while this thread sorts
-  // the work. They take no signals, as the program's handlers expect its own threads.
-  std::vector<std::unique_ptr<Impl>> opened(threads - 1);
+  // The other threads take no signals: the program's handlers expect its own threads.
+  const size_t helpers = std::min<size_t>(threads, pending.size()) - 1;
+  m.workers.reserve(m.workers.size() + helpers);
   std::vector<std::thread> pool;
-  pool.reserve(opened.size());
-  m.helpers.reserve(m.helpers.size() + opened.size());
+  pool.reserve(helpers);
   {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    for (size_t t = 0; t < opened.size(); ++t) {
+    for (size_t t = 0; t < helpers; ++t) {
       try {
-        pool.emplace_back([&batch, &opened, &run_tasks, &per_module, t, unloaded = m.unloaded]() mutable {
+        m.workers.push_back(std::make_unique<Impl::Worker>());
+        pool.emplace_back([&run, w = m.workers.back().get()] {
           try {
-            // Kept even if this thread fails part-way: finished tasks' frames view it.
-            opened[t] = std::make_unique<Impl>(std::move(unloaded));
-            if (opened[t]->dwfl != nullptr)
-              for (uintptr_t r : per_module) opened[t]->warm(r);
-            {
-              std::unique_lock lock(batch.mu);
-              batch.cv.wait(lock, [&batch] { return batch.ready; });
-            }
-            if (opened[t]->dwfl != nullptr) run_tasks(*opened[t]);
+            run(*w);
           } catch (...) {
-            // The task it was on has no results: the calling thread redoes it below.
+            // The task it was on has no frames: the calling thread does it below.
           }
         });
       } catch (...) {
@@ -906,49 +969,59 @@ Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_
   }
   std::exception_ptr failed;
   try {
-    // An address in a unit with debug data costs about ten times one named by a symbol
-    // table alone (bench_symbolize: 9 us against 0.3-1.2 us).
-    std::vector<std::pair<size_t, std::vector<uintptr_t>>> work;  // cost, addresses
-    std::unordered_map<const void*, size_t> task_of;
-    for (uintptr_t r : pending) {
-      bool in_unit = false;
-      auto [it, fresh] = task_of.try_emplace(m.work_key(r, &in_unit), work.size());
-      if (fresh) work.emplace_back();
-      work[it->second].first += in_unit ? 10 : 1;
-      work[it->second].second.push_back(r);
+    for (auto& [mod, rets] : by_module) {
+      std::vector<Task*> made;
+      std::unordered_map<const void*, Task*> task_of;
+      for (uintptr_t r : rets) {
+        Impl::Place at;
+        {
+          LibdwLock lock(libdw_mutex());
+          at = m.place_in(mod, r);
+        }
+        const void* key = at.cudie != nullptr ? static_cast<const void*>(at.cudie->addr)
+                                              : static_cast<const void*>(at.mod);
+        Task*& t = task_of[key];
+        if (t == nullptr) {
+          t = &tasks.emplace_back();
+          made.push_back(t);
+        }
+        if (at.cudie != nullptr) {
+          // The unit's slots: the other threads are given them, as this one adds to the maps.
+          at.line_slot = &Impl::unit_slot(m.line_tables, at.cudie);
+          at.scope_slot = &Impl::unit_slot(m.scope_indexes, at.cudie);
+        }
+        t->cost += at.cudie != nullptr ? 10 : 1;
+        t->addresses.push_back({r, at});
+      }
+      std::sort(made.begin(), made.end(), [](const Task* a, const Task* b) { return a->cost > b->cost; });
+      {
+        std::lock_guard lock(q.mu);
+        q.ready.insert(q.ready.end(), made.begin(), made.end());
+      }
+      q.cv.notify_all();
     }
-    std::sort(work.begin(), work.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    batch.results.resize(work.size());
-    batch.tasks.reserve(work.size());
-    for (auto& w : work) batch.tasks.push_back(std::move(w.second));
   } catch (...) {
-    batch.tasks.clear();
     failed = std::current_exception();
   }
-  release();
+  close();
   if (!failed) {
     try {
-      run_tasks(m);
+      run(m.main_worker);
     } catch (...) {
       failed = std::current_exception();
     }
   }
   for (std::thread& t : pool) t.join();
-  report.tasks = batch.tasks.size();
+  report.tasks = tasks.size();
   report.threads = static_cast<unsigned>(pool.size()) + 1;
-  for (auto& h : opened)
-    if (h != nullptr) m.helpers.push_back(std::move(h));
   if (failed) std::rethrow_exception(failed);
-  for (size_t i = 0; i < batch.tasks.size(); ++i) {
-    const auto& task = batch.tasks[i];
-    const auto& got = batch.results[i];
-    for (size_t j = 0; j < task.size(); ++j)
-      if (got.size() == task.size()) {
-        m.remember(task[j], got[j]);
+  for (Task& t : tasks)
+    for (size_t j = 0; j < t.addresses.size(); ++j)
+      if (t.frames.size() == t.addresses.size()) {
+        m.remember(t.addresses[j].first, t.frames[j]);
       } else {
-        m.frames(task[j]);  // a helper failed part-way (out of memory): done here instead
+        m.frames(t.addresses[j].first);  // a thread failed part-way (out of memory)
       }
-  }
   return report;
 }
 
@@ -984,7 +1057,6 @@ Symbolizer::UnitCounts Symbolizer::unit_counts() const {
     }
   };
   count(*impl_);
-  for (const auto& h : impl_->helpers) count(*h);
   return c;
 }
 
