@@ -1,6 +1,7 @@
 // Everything in output/ that calls into unwind/: the symbolized frame source and dump_snapshot().
 // Tests that fake their frames do not pull this file in, so they link without the unwinder.
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <memory>
 
@@ -100,7 +101,11 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
     }
     if (sym && request.include_frames) {
       try {
-        sym->prepare(native_addresses(state, stacks), request.symbolize_threads);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto rep = sym->prepare(native_addresses(state, stacks), request.symbolize_threads);
+        log::debug("symbolized {} addresses ({} units or modules) on {} threads in {:.3f} s", rep.addresses,
+                   rep.tasks, rep.threads,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } catch (const std::exception& e) {
         log::debug("symbolizing ahead failed ({}); frames are symbolized one by one", e.what());
       }

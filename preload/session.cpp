@@ -27,6 +27,8 @@ enum State : int { kUninitialised = 0, kInitialising = 1, kReady = 2, kOff = 3 }
 std::atomic<int> g_state{kUninitialised};
 std::atomic<uint64_t> g_dump_sequence{0};
 alignas(Session) unsigned char g_storage[sizeof(Session)];
+// Held while a snapshot is written (any thread's).
+pthread_mutex_t g_dump_mutex = PTHREAD_MUTEX_INITIALIZER;
 Session* g_session = nullptr;
 
 uintptr_t g_self_lo = 0, g_self_hi = 0;
@@ -65,6 +67,9 @@ void fork_child() {
   g_session->owners.clear();
   caching_mode::after_fork_child();
   g_dump_sequence.store(0);
+  // Forked while another thread was writing a snapshot: that thread is not in the child,
+  // and the child's own snapshot at exit must not wait for it.
+  pthread_mutex_init(&g_dump_mutex, nullptr);
   t_state.in_hook = false;
   dump_triggers_after_fork();
 }
@@ -154,7 +159,6 @@ uint32_t capture_stack_id(Session& s, void* caller) {
 }
 
 namespace {
-pthread_mutex_t g_dump_mutex = PTHREAD_MUTEX_INITIALIZER;
 bool g_exit_dump_done = false;  // under g_dump_mutex
 
 // Dumps other than the exit one must not overwrite each other or the exit snapshot: a

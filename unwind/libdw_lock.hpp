@@ -11,10 +11,10 @@ namespace memtrace::unwind::detail {
 // their own readers of the mapped sections (units, line tables, symbol indexes) run without
 // it. Recursive, since a locked fallback may reach another locked call. One for the process:
 // a lock per session would have to be passed down to every reader.
-inline std::recursive_mutex& libdw_mutex() {
-  static std::recursive_mutex m;
-  return m;
-}
+//
+// A child forked while another thread held it gets it back unlocked (the holder does not
+// exist there), so that the child's own snapshot at exit does not wait forever.
+std::recursive_mutex& libdw_mutex();
 using LibdwLock = std::lock_guard<std::recursive_mutex>;
 
 }  // namespace memtrace::unwind::detail

@@ -6,12 +6,17 @@
 #include <elfutils/libdwfl.h>
 #include <link.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
+#include "unwind/libdw_lock.hpp"
 #include "unwind/module_map.hpp"
 #include "unwind/symbolizer.hpp"
 #include "unwind/tests/symtest_dwarf4.hpp"
@@ -653,3 +658,45 @@ TEST_CASE("symbolizer: same frames as llvm-symbolizer on Clang's DWARF", "[symbo
   CHECK(sym.unit_counts().by_libdw == 0);
 }
 #endif
+
+// prepare()'s threads share one lock around elfutils. A child forked while another thread
+// of the parent held it (a snapshot being written) must still be able to symbolize: its own
+// snapshot at exit would otherwise wait forever.
+TEST_CASE("symbolizer: a child forked while the elfutils lock is held symbolizes", "[symbolizer]") {
+  std::mutex m;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  std::thread holder([&] {
+    memtrace::unwind::detail::LibdwLock lock(memtrace::unwind::detail::libdw_mutex());
+    std::unique_lock g(m);
+    held = true;
+    cv.notify_all();
+    cv.wait(g, [&] { return release; });
+  });
+  {
+    std::unique_lock g(m);
+    cv.wait(g, [&] { return held; });
+  }
+  uintptr_t pcs[16];
+  const int n = exe_static_capture(pcs, 16);
+  REQUIRE(n >= 2);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);  // a child that waits for the lock dies of SIGALRM: the test fails, not hangs
+    Symbolizer sym;
+    const auto f = sym.frames(pcs[1]);
+    _exit(f.size() == 1 && f[0].function == "exe_static_capture(unsigned long*, int)" ? 0 : 3);
+  }
+  {
+    std::lock_guard g(m);
+    release = true;
+  }
+  cv.notify_all();
+  holder.join();
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("status " << status);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
