@@ -925,6 +925,43 @@ def case_stack_paths(ctx):
 
 
 @case
+def case_stack_many(ctx):
+    """A snapshot whose stacks hold several hundred distinct return addresses is symbolized by
+    several threads (MEMTRACE_SYMBOLIZE_THREADS=4, as MEMTRACE_DEBUG reports), with the same
+    frames as one thread gives, each naming its function, file and line."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("stack_many")
+    got = {}
+    for threads in ("4", "1"):
+        r, snap = traced_and_checked(ctx, [prog], env={"MEMTRACE_SYMBOLIZE_THREADS": threads,
+                                                       "MEMTRACE_DEBUG": "1"})
+        m = re.search(r"symbolized (\d+) addresses \((\d+) units or modules\) on (\d+) threads", r.stderr)
+        check(m is not None, f"MEMTRACE_SYMBOLIZE_THREADS={threads}: no symbolization line in\n{r.stderr[-2000:]}")
+        n, used = int(m.group(1)), int(m.group(3))
+        check(n >= 640, f"{n} addresses symbolized; the program has 640 distinct call sites")
+        check(used == int(threads), f"MEMTRACE_SYMBOLIZE_THREADS={threads}: {used} threads took part")
+        sites = [l.split() for l in r.stdout.splitlines() if l.startswith("SITE ")]
+        check(len(sites) == 320, f"program printed {len(sites)} SITE lines")
+        allocs = {e["addr"]: e for e in snap.actions("alloc")}
+        frames_of = {}
+        for _, fn, addr, line in sites:
+            e = allocs.get(int(addr, 16))
+            check(e is not None, f"no alloc entry for {fn} at {addr}")
+            frames = e.get("frames") or []
+            check(len(frames) >= 2, f"{fn}: frames {frames}")
+            first = frames[0]
+            check(first["name"] == fn and first["line"] == int(line) and first["filename"].endswith("stack_many.c"),
+                  f"{fn}: expected {fn} at stack_many.c:{line}, got {first}")
+            check(frames[1]["name"] == "main", f"{fn}: called from {frames[1]}")
+            frames_of[fn] = [(f["name"], f["filename"], f["line"]) for f in frames]
+        got[threads] = frames_of
+    differ = [fn for fn in got["1"] if got["1"][fn] != got["4"].get(fn)]
+    check(not differ, f"frames differ between 4 threads and 1 for {differ[:5]}: "
+          f"{[(got['4'].get(fn), got['1'][fn]) for fn in differ[:2]]}")
+
+
+@case
 def case_python_frames(ctx):
     """A Python program allocating through ctypes, with the GIL released (CDLL) and held (PyDLL):
     each allocation's frames show the Python functions, file and lines that led to it, in place
