@@ -13,7 +13,11 @@
 //   a large shared object dlopened RTLD_LAZY: libcublasLt.so.13, else the next candidate that
 //                         loads (printed); mostly samples of its text (it exports few symbols)
 // Then times
-//   (a) a fresh memtrace Symbolizer (construction included) over every address, and
+//   (a) a fresh memtrace Symbolizer (construction included) over every address, one module
+//       after the other, asked address by address on one thread (the per-module rows);
+//   (a') a fresh Symbolizer given every address at once through prepare(), as a dump does,
+//       on default_symbolize_threads() threads (MEMTRACE_BENCH_THREADS=N to choose), then
+//       asked for each; its frames are checked equal to (a)'s; and
 //   (b) one `addr2line -a -f -C -i -e MODULE OFFSETS...` process per module, all of that
 //       module's offsets on its command line (-a only marks where each address's frames begin).
 // Both look up the same pc: the Symbolizer subtracts 1 from a return address itself (the call
@@ -483,17 +487,18 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10.3f %12.0f %10.3f %12.0f %7.1fx %9.4f %9.3f %5.1fx\n", m.label.c_str(), m.sym_seconds,
                 m.rets.size() / m.sym_seconds, m.a2l_seconds, m.rets.size() / m.a2l_seconds,
                 m.a2l_seconds / m.sym_seconds, m.sym_cpu, m.a2l_cpu, m.a2l_cpu / m.sym_cpu);
-  std::printf("%-34s %10.3f %12.0f %10.3f %12.0f %7.1fx\n", "TOTAL (memtrace incl. construction)", sym_total,
+  std::printf("%-37s %7.3f %12.0f %10.3f %12.0f %7.1fx\n", "TOTAL, one thread (with construction)", sym_total,
               total / sym_total, a2l_total, total / a2l_total, a2l_total / sym_total);
-  std::printf("memtrace is %.1fx %s than addr2line over %zu addresses (fastest of %d runs each)\n",
-              sym_total < a2l_total ? a2l_total / sym_total : sym_total / a2l_total,
-              sym_total < a2l_total ? "faster" : "slower", total, repeat);
-  std::printf("CPU seconds (fastest run): memtrace %.3f (system %.3f, %ld page faults), addr2line %.3f: %.1fx\n",
-              sym_cpu, sym_sys, sym_faults, a2l_cpu, a2l_cpu / sym_cpu);
-  std::printf("memtrace as a dump runs it, prepare() on %u threads: %.3f s wall, %.1fx faster than addr2line;"
-              " %.3f s CPU (all threads), %.1fx less than addr2line's\n",
-              threads, par_total, a2l_total / par_total, par_cpu, a2l_cpu / par_cpu);
-  std::printf("  frames differing from one thread's: %zu of %zu addresses\n", par_differs, total);
+  std::printf("%-37s %7.3f %12.0f %10.3f %12.0f %7.1fx\n", "TOTAL, prepare() as a dump runs it", par_total,
+              total / par_total, a2l_total, total / a2l_total, a2l_total / par_total);
+  std::printf("memtrace as a dump runs it (prepare() on %u threads) is %.1fx faster than addr2line over %zu addresses"
+              " (wall time, fastest of %d runs each); on one thread %.1fx\n",
+              threads, a2l_total / par_total, total, repeat, a2l_total / sym_total);
+  std::printf("CPU seconds (fastest run): memtrace on one thread %.3f (system %.3f, %ld page faults): %.1fx less than"
+              " addr2line's %.3f; on %u threads %.3f (all threads): %.1fx less\n",
+              sym_cpu, sym_sys, sym_faults, a2l_cpu / sym_cpu, a2l_cpu, threads, par_cpu, a2l_cpu / par_cpu);
+  std::printf("frames from %u threads differing from one thread's: %zu of %zu addresses\n", threads, par_differs,
+              total);
 
   // Agreement on function names (demangled). Compared: the outermost frame (the real function)
   // and, where both have them, every frame; "no name" on both sides counts as agreement.
