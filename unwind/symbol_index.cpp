@@ -16,13 +16,18 @@
 namespace memtrace::unwind::detail {
 
 SymbolIndex::SymbolIndex(Dwfl_Module* mod) : mod_(mod) {
-  int n = dwfl_module_getsymtab(mod);
-  if (n < 0) return;
-  first_global_ = dwfl_module_getsymtab_first_global(mod);
-  if (first_global_ < 0) return;
+  {
+    LibdwLock lock(libdw_mutex());
+    int n = dwfl_module_getsymtab(mod);
+    if (n < 0) return;
+    first_global_ = dwfl_module_getsymtab_first_global(mod);
+    if (first_global_ < 0) return;
+    globals_.read(mod, first_global_ == 0 ? 1 : first_global_, n);
+    if (first_global_ > 1) locals_.read(mod, 1, first_global_);
+  }
   usable_ = true;
-  globals_.build(mod, first_global_ == 0 ? 1 : first_global_, n);
-  if (first_global_ > 1) locals_.build(mod, 1, first_global_);
+  globals_.index();
+  locals_.index();
 }
 
 const char* SymbolIndex::lookup(GElf_Addr addr) const {
@@ -58,7 +63,7 @@ size_t SymbolIndex::section_of(GElf_Addr addr) const {
   return scn != nullptr ? elf_ndxscn(scn) : SHN_UNDEF;
 }
 
-void SymbolIndex::Table::build(Dwfl_Module* mod, int from, int to) {
+void SymbolIndex::Table::read(Dwfl_Module* mod, int from, int to) {
   syms.reserve(static_cast<size_t>(to - from));
   for (int i = from; i < to; ++i) {
     GElf_Sym sym;
@@ -70,6 +75,9 @@ void SymbolIndex::Table::build(Dwfl_Module* mod, int from, int to) {
     if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
     syms.push_back({value, sym.st_size, name, shndx, i, binding_value(sym.st_info)});
   }
+}
+
+void SymbolIndex::Table::index() {
   // By (value, ndx): syms are in ndx order, so a stable sort of (value, position) keys
   // (small to move) gives it; the symbols are placed after.
   std::vector<std::pair<uint64_t, size_t>> keys(syms.size());

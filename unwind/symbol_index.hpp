@@ -87,7 +87,10 @@ class SymbolIndex {
     std::vector<GElf_Addr> seg_start; // stretches of addresses with one sized winner
     std::vector<int> seg_winner;      // index into syms, or -1
 
-    void build(Dwfl_Module* mod, int from, int to);
+    // Reads symbols [from, to) through libdwfl (under the elfutils lock: Symbolizer::prepare's
+    // threads may build indexes of several modules at once), then index() sorts them.
+    void read(Dwfl_Module* mod, int from, int to);
+    void index();
 
     // Sweep over the sized symbols' starts and ends; between two consecutive boundaries the
     // set of containing symbols is fixed, and libdwfl's fold over it (in table order) gives

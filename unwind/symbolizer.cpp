@@ -374,7 +374,13 @@ struct Symbolizer::Impl {
   // scope index; cleared whenever the module list is re-read, since modules may have gone.
   std::unordered_map<const void*, std::unique_ptr<ScopeIndex>> scope_indexes;
   // Per module, its symbol index (built on first use); cleared with the scope indexes.
-  std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbol_indexes;
+  // Built once however many of prepare()'s threads ask; the map itself under symbols_mutex.
+  struct SymbolSlot {
+    std::once_flag once;
+    std::unique_ptr<SymbolIndex> index;
+  };
+  std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolSlot>> symbol_indexes;
+  std::mutex symbols_mutex;
   uint64_t generation = 0;
   std::vector<LoadedObject> unloaded;  // add_unloaded_modules()
   // Per compilation unit, its line table (see LineTable); retired with the indexes.
@@ -479,11 +485,18 @@ struct Symbolizer::Impl {
     node.have_call = true;
   }
 
+  // (Sorting a large symbol table takes a while: not under the elfutils lock, which the
+  // index takes only to read the table.)
   const SymbolIndex& symbol_index(Dwfl_Module* mod) {
-    LibdwLock lock(libdw_mutex());
-    auto& slot = symbol_indexes[mod];
-    if (slot == nullptr) slot = std::make_unique<SymbolIndex>(mod);
-    return *slot;
+    SymbolSlot* slot = nullptr;
+    {
+      std::lock_guard lock(symbols_mutex);
+      auto& s = symbol_indexes[mod];
+      if (s == nullptr) s = std::make_unique<SymbolSlot>();
+      slot = s.get();
+    }
+    std::call_once(slot->once, [&] { slot->index = std::make_unique<SymbolIndex>(mod); });
+    return *slot->index;
   }
 
   // Per compilation unit, its address ranges sorted, so that "does the unit cover pc" is a
