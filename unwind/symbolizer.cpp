@@ -1063,13 +1063,11 @@ void Symbolizer::add_unloaded_modules(const std::vector<LoadedObject>& seen) {
 
 Symbolizer::UnitCounts Symbolizer::unit_counts() const {
   UnitCounts c;
-  auto count = [&c](const Impl& impl) {
-    for (const auto& [cu, index] : impl.scope_indexes) {
-      ++c.units;
-      c.by_libdw += !index->usable;
-    }
-  };
-  count(*impl_);
+  for (const auto& [cu, index] : impl_->scope_indexes) {
+    if (index == nullptr) continue;  // a slot prepare() made for a task that failed
+    ++c.units;
+    c.by_libdw += !index->usable;
+  }
   return c;
 }
 
