@@ -75,6 +75,14 @@ class AddrMap {
       if (slots_[i].key != 0) f(slots_[i].key, slots_[i].value);
   }
 
+  // Room for n members without growing (one allocation instead of a doubling series, each
+  // re-inserting everything). False only if the memory could not be had.
+  bool reserve(size_t n) {
+    size_t want = cap_ ? cap_ : 64;
+    while (n * 4 > want * 3) want *= 2;
+    return want == cap_ || grow_to(want);
+  }
+
   void clear() {
     if (slots_) std::memset(static_cast<void*>(slots_), 0, cap_ * sizeof(Slot));
     size_ = 0;
@@ -113,8 +121,9 @@ class AddrMap {
     return static_cast<size_t>(h >> 20) & (cap_ - 1);
   }
 
-  bool grow() {
-    size_t ncap = cap_ ? cap_ * 2 : 64;
+  bool grow() { return grow_to(cap_ ? cap_ * 2 : 64); }
+
+  bool grow_to(size_t ncap) {
     Slot* fresh = static_cast<Slot*>(std::calloc(ncap, sizeof(Slot)));
     if (!fresh) return false;
     Slot* old = slots_;

@@ -882,14 +882,13 @@ constexpr size_t kMinParallel = 256;
 Symbolizer::PrepareReport Symbolizer::prepare(std::span<const uintptr_t> return_addresses, unsigned threads) {
   Impl& m = *impl_;
   if (threads == 0) threads = default_symbolize_threads();
-  std::vector<uintptr_t> pending;
-  {
-    std::unordered_set<uintptr_t> seen;
-    for (uintptr_t r : return_addresses)
-      if (m.cached(r) == nullptr && seen.insert(r).second) pending.push_back(r);
-  }
+  std::vector<uintptr_t> pending(return_addresses.begin(), return_addresses.end());
+  std::sort(pending.begin(), pending.end());
+  pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+  std::erase_if(pending, [&m](uintptr_t r) { return m.cached(r) != nullptr; });
   PrepareReport report;
   report.addresses = pending.size();
+  if (!m.cache.reserve(m.cache.size() + pending.size())) throw std::bad_alloc();
   if (threads <= 1 || m.dwfl == nullptr || pending.size() < kMinParallel) {
     for (uintptr_t r : pending) m.frames(r);
     return report;

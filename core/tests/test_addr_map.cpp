@@ -57,3 +57,18 @@ TEST_CASE("exchange inserts or replaces and reports the old value") {
   CHECK(m.size() == 1000);  // 999 new keys + the first
   CHECK(*m.find(999 * 512) == 999);
 }
+
+TEST_CASE("reserve makes room once and keeps what is there") {
+  AddrMap<uint64_t> m;
+  for (uint64_t k = 1; k <= 100; ++k) m.put(k * 4096, k);
+  REQUIRE(m.reserve(10000));
+  const size_t bytes = m.memory_bytes();
+  CHECK(bytes >= 10000 * 4 / 3 * 16);
+  for (uint64_t k = 1; k <= 100; ++k) REQUIRE(*m.find(k * 4096) == k);
+  for (uint64_t k = 101; k <= 10000; ++k) m.put(k * 4096, k);
+  CHECK(m.memory_bytes() == bytes);  // no growth up to what was reserved
+  CHECK(m.size() == 10000);
+  REQUIRE(m.reserve(10));  // never shrinks
+  CHECK(m.memory_bytes() == bytes);
+  for (uint64_t k = 1; k <= 10000; ++k) REQUIRE(*m.find(k * 4096) == k);
+}
