@@ -46,9 +46,11 @@ class Symbolizer {
   // Symbolizes the return addresses not yet symbolized, ahead of the frames() calls that
   // will ask for them, on up to `threads` threads (0: default_symbolize_threads()). A dump
   // knows every distinct address it needs at once, and compilation units are independent
-  // work, so it waits a fraction as long. libdwfl is not thread-safe: each extra thread
-  // opens its own session over the same module list (kept until the Symbolizer goes). The
-  // frames are the same as one thread's; below a few hundred addresses one thread does it.
+  // work, so it waits a fraction as long: the threads share this Symbolizer's libdwfl
+  // session, take turns at elfutils (which is not thread-safe) and each read the units
+  // given to them with memtrace's own readers. The frames are the same as one thread's;
+  // below a few hundred addresses the calling thread does it alone. Not to be called from
+  // two threads at once (no Symbolizer call is).
   struct PrepareReport {
     size_t addresses = 0;  // distinct addresses not symbolized before
     size_t tasks = 0;      // units (or modules without debug data) they fell in; 0 when serial
