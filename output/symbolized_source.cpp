@@ -64,7 +64,7 @@ std::string SymbolizedFrameSource::owner(uint32_t stack_id) {
 }
 
 namespace {
-// The distinct native return addresses of every stack the snapshot will name, for
+// The native return addresses of every stack the snapshot will name, for
 // Symbolizer::prepare (Python frames have their own reader).
 std::vector<uintptr_t> native_addresses(const StateCopy& state, const unwind::StackTable& stacks) {
   std::vector<uint32_t> ids;
@@ -79,9 +79,7 @@ std::vector<uintptr_t> native_addresses(const StateCopy& state, const unwind::St
     if (id != 0)
       for (uintptr_t pc : stacks.get(id))
         if (unwind::PythonFrameInfo py; !unwind::describe_python_frame(pc, &py)) pcs.push_back(pc);
-  std::sort(pcs.begin(), pcs.end());
-  pcs.erase(std::unique(pcs.begin(), pcs.end()), pcs.end());
-  return pcs;
+  return pcs;  // (prepare() drops repeats)
 }
 }  // namespace
 
