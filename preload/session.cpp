@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <new>
 #include <string>
@@ -15,6 +16,7 @@
 #include "preload/caching_mode.hpp"
 #include "preload/dump_triggers.hpp"
 #include "unwind/python_frames.hpp"
+#include "unwind/readable_memory.hpp"
 #include "unwind/stack_capture.hpp"
 
 namespace memtrace::preload {
@@ -65,6 +67,7 @@ void fork_child() {
   g_session->recorder.reset_after_fork();
   g_session->stacks.clear();
   g_session->owners.clear();
+  unwind::safe_memory_reset();  // the parent may have been refreshing its table of mappings
   caching_mode::after_fork_child();
   g_dump_sequence.store(0);
   // Forked while another thread was writing a snapshot: that thread is not in the child,
@@ -147,11 +150,11 @@ uint32_t capture_stack_id(Session& s, void* caller) {
   }
   if (s.config.stacks == StackMode::Native && unwind::python_present()) {
     // Under CPython the interpreter's native frames are replaced by the Python frames they run.
-    int at = skip;
-    while (at < n && !unwind::in_python_interpreter(pcs[at] - 1)) ++at;
-    int room = s.config.stack_depth + skip - at;
-    int py = room > 0 ? unwind::capture_python(pcs + at, room) : 0;
-    if (py > 0) n = at + py;
+    const int room = static_cast<int>(sizeof pcs / sizeof pcs[0]) - skip;
+    n = skip + unwind::splice_python_frames(pcs + skip, n - skip, std::min(s.config.stack_depth, room));
+    static std::atomic<bool> said{false};
+    if (!said.load(std::memory_order_relaxed) && !said.exchange(true))
+      log::debug("python: {}", unwind::python_support());
   }
   int keep = n - skip;
   if (keep > s.config.stack_depth) keep = s.config.stack_depth;

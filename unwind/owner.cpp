@@ -1,6 +1,7 @@
 #include "unwind/owner.hpp"
 
 #include "unwind/module_map.hpp"
+#include "unwind/python_frames.hpp"
 #include "unwind/symbolizer.hpp"
 
 namespace memtrace::unwind {
@@ -28,20 +29,74 @@ constexpr Rule kLibraryRules[] = {
     {"libcusolver", "cusolver"}, {"libnvrtc", "nvrtc"},       {"libcudart", "cudart"},
 };
 
+// The layers between Python code and the C it calls: the interpreter itself, libffi and
+// ctypes, cffi. An allocation that reaches the driver through them belongs to the Python code
+// that made the call, not to the layer.
+bool is_binding_glue(std::string_view path) {
+  const std::string_view base = base_name(path);
+  return base.starts_with("libffi") || base.starts_with("_ctypes") || base.starts_with("_cffi_backend") ||
+         base.starts_with("libpython") || base.starts_with("python");
+}
+
 template <class Lookup>
 std::string owner_of(std::span<const uintptr_t> pcs, Lookup&& module_of, std::string_view exe) {
   std::string_view last;
   for (uintptr_t pc : pcs) {
+    if (is_python_frame(pc)) {
+      // Python code called the driver with nothing of its own in between (a builtin).
+      if (std::string o = python_owner(pcs); !o.empty()) return o;
+      continue;
+    }
     // Return addresses: the call is one byte earlier (and in the caller's module).
     std::string_view path = module_of(pc > 0 ? pc - 1 : 0);
     if (path.empty()) continue;  // anonymous memory (JIT code) says nothing
-    if (!is_infrastructure(path)) return owner_name(path, exe);
+    if (!is_infrastructure(path)) {
+      if (is_binding_glue(path)) {
+        std::string o = python_owner(pcs);
+        return o.empty() ? std::string("python") : o;
+      }
+      return owner_name(path, exe);
+    }
     last = path;
   }
   return last.empty() ? std::string("unknown") : owner_name(last, exe);
 }
 
 }  // namespace
+
+std::string python_package(std::string_view filename) {
+  if (filename.empty() || filename.front() == '<') return {};  // <frozen ...>, <string>, <stdin>
+  for (std::string_view dir : {std::string_view("/site-packages/"), std::string_view("/dist-packages/")}) {
+    size_t at = filename.rfind(dir);
+    if (at == std::string_view::npos) continue;
+    std::string_view rest = filename.substr(at + dir.size());
+    std::string_view top = rest.substr(0, rest.find('/'));
+    if (top.ends_with(".py")) top.remove_suffix(3);
+    if (!top.empty()) return std::string(top);
+  }
+  // The standard library: <prefix>/lib/python3.N/... outside any site-packages.
+  if (has(filename, "/lib/python3") || has(filename, "/lib64/python3")) return {};
+  return std::string(base_name(filename));  // the user's own code: named by its file
+}
+
+std::string python_owner(std::span<const uintptr_t> pcs) {
+  // The innermost Python frame outside the standard library decides: an installed package
+  // (torch, transformers, cupy) by its name; the user's own code by the script it runs from,
+  // the outermost such frame's file (the entry point), so one program is one owner.
+  std::string user;
+  for (uintptr_t pc : pcs) {
+    PythonFrameInfo info;
+    if (!describe_python_frame(pc, &info)) continue;
+    std::string_view f = info.filename;
+    if (f.empty() || f.front() == '<') continue;
+    bool site = has(f, "/site-packages/") || has(f, "/dist-packages/");
+    std::string pkg = python_package(f);
+    if (pkg.empty()) continue;
+    if (site && user.empty()) return pkg;
+    if (!site) user = pkg;
+  }
+  return user;
+}
 
 std::string owner_name(std::string_view path, std::string_view exe_path) {
   if (path.empty()) return "unknown";

@@ -1,15 +1,20 @@
 #include "unwind/python_frames.hpp"
 
-#include "unwind/python_layout311.h"
-
 #include <dlfcn.h>
+#include <elf.h>
 #include <link.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include "unwind/python_layout.hpp"
+#include "unwind/python_walk.hpp"
+#include "unwind/readable_memory.hpp"
 
 namespace memtrace::unwind {
 
@@ -31,61 +36,37 @@ struct PyApi {
   const char* (*Unicode_AsUTF8)(void*) = nullptr;
   void (*Err_Fetch)(void**, void**, void**) = nullptr;
   void (*Err_Restore)(void*, void*, void*) = nullptr;
-  void* code_type = nullptr;     // &PyCode_Type
-  void* unicode_type = nullptr;  // &PyUnicode_Type
-  void* bytes_type = nullptr;    // &PyBytes_Type
 };
 
-// The 3.11 layout, named for the code below (values in python_layout311.h).
-struct Layout311 {
-  static constexpr size_t kTsCframe = MT_PY311_TS_CFRAME;
-  static constexpr size_t kCframeCurrent = MT_PY311_CFRAME_CURRENT;
-  static constexpr size_t kFrameCode = MT_PY311_FRAME_CODE;
-  static constexpr size_t kFramePrevious = MT_PY311_FRAME_PREVIOUS;
-  static constexpr size_t kFramePrevInstr = MT_PY311_FRAME_PREV_INSTR;
-  static constexpr size_t kFrameOwner = MT_PY311_FRAME_OWNER;
-  static constexpr char kOwnedByGenerator = MT_PY311_OWNED_BY_GENERATOR;
-  static constexpr size_t kObType = MT_PY311_OB_TYPE;
-  static constexpr size_t kCodeFirstLineNo = MT_PY311_CODE_FIRSTLINENO;
-  static constexpr size_t kCodeFilename = MT_PY311_CODE_FILENAME;
-  static constexpr size_t kCodeQualname = MT_PY311_CODE_QUALNAME;
-  static constexpr size_t kCodeLineTable = MT_PY311_CODE_LINETABLE;
-  static constexpr size_t kCodeFirstTraceable = MT_PY311_CODE_FIRSTTRACEABLE;
-  static constexpr size_t kCodeAdaptive = MT_PY311_CODE_ADAPTIVE;
-  static constexpr size_t kVarSize = MT_PY311_VAR_SIZE;
-  static constexpr size_t kBytesData = MT_PY311_BYTES_DATA;
-  static constexpr size_t kStrLength = MT_PY311_STR_LENGTH;
-  static constexpr size_t kStrState = MT_PY311_STR_STATE;
-  static constexpr size_t kAsciiData = MT_PY311_ASCII_DATA;
-  static constexpr size_t kCompactData = MT_PY311_COMPACT_DATA;
-};
-
-template <class T>
-inline T at(uintptr_t base, size_t off) {
-  T v;
-  std::memcpy(&v, reinterpret_cast<const void*>(base + off), sizeof v);
-  return v;
-}
-
-// One code object seen in a stack. The raw path keeps no reference, so a code object freed
+// One code object seen in a stack. The direct path keeps no reference, so a code object freed
 // and another allocated at the same address is told apart by the fields compared in
-// matches_raw(); the API path holds a reference, so its addresses are never reused.
+// same_code(); the API path holds a reference, so its addresses are never reused.
 struct CodeEntry {
   uintptr_t code = 0;
-  uintptr_t filename_obj = 0;
-  uintptr_t name_obj = 0;
+  uintptr_t filename_obj = 0, name_obj = 0, linetable_obj = 0;
   int first_line = 0;
   std::string filename;
   std::string name;
+  std::vector<uint8_t> lines;  // a copy of co_linetable, so later lines need no interpreter reads
+  bool lines_copied = false;
+  std::atomic<uint64_t> memo{~uint64_t{0}};  // (code unit << 32) | line of the last lookup
 };
 
 constexpr uint32_t kMaxCodes = 1u << 16;  // id 0 is "a Python frame memtrace could not name"
 constexpr uint32_t kSlots = 1u << 17;     // open addressing, code address -> id
+constexpr size_t kMaxCopiedLineTable = 256 * 1024;
+
+enum class Path { None, Api, Direct };
 
 struct State {
   PyApi py;
-  bool raw311 = false;
+  Path path = Path::None;
+  PythonLayout layout;
+  PythonTypes types;
+  int minor = 0;
+  char support[160] = "none";
   uintptr_t interp_lo = 0, interp_hi = 0;
+  uintptr_t eval_lo = 0, eval_hi = 0;  // _PyEval_EvalFrameDefault, when it is the loop itself
   std::atomic<uintptr_t>* slot_key = nullptr;
   std::atomic<uint32_t>* slot_id = nullptr;
   std::atomic<CodeEntry*>* entries = nullptr;  // by id
@@ -96,6 +77,7 @@ struct State {
 // 0: not looked yet, 1: looked, no Python (look again now and then), 2: Python found.
 std::atomic<int> g_found{0};
 std::atomic<int> g_mode{static_cast<int>(PythonReadMode::Auto)};
+std::atomic<uint64_t> g_walks_failed{0};
 __thread uint32_t t_recheck __attribute__((tls_model("initial-exec"))) = 0;
 State* g_state = nullptr;
 std::mutex g_detect_mu;
@@ -129,6 +111,55 @@ int find_text_range(dl_phdr_info* info, size_t, void* data) {
   return 1;
 }
 
+// Chooses how this interpreter's frames are read, and says so in s.support.
+void choose_direct_path(State& s, int major, int minor) {
+  const bool auto_mode = g_mode.load() == static_cast<int>(PythonReadMode::Auto);
+  s.types.code = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyCode_Type"));
+  s.types.unicode = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyUnicode_Type"));
+  s.types.bytes = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyBytes_Type"));
+  const char* api = s.path == Path::Api ? "the C API while the GIL is held" : "nothing";
+  if (!auto_mode) {
+    std::snprintf(s.support, sizeof s.support, "CPython %d.%d: MEMTRACE_PYTHON=gil, frames from %s",
+                  major, minor, api);
+    return;
+  }
+  if (!s.types.code || !s.types.unicode || !s.types.bytes) {
+    std::snprintf(s.support, sizeof s.support, "CPython %d.%d: type objects not exported, frames from %s",
+                  major, minor, api);
+    return;
+  }
+  PythonLayout l;
+  const char* why = nullptr;
+  const char* source = "";
+  if (major == 3 && python_table_layout(minor, &l)) {
+    source = "layout table";
+  } else if (major == 3 && python_debug_offsets_size(minor) > 0) {
+    uint8_t table[1024];
+    const size_t need = python_debug_offsets_size(minor);
+    auto runtime = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "_PyRuntime"));
+    if (!runtime || need > sizeof table || !safe_read(runtime, table, need)) {
+      why = "_PyRuntime not found or not readable";
+    } else if (python_debug_offsets_layout(table, need, minor, &l, &why)) {
+      source = "_Py_DebugOffsets";
+    }
+  } else {
+    why = "no layout known for this version";
+  }
+  if (why) {
+    std::snprintf(s.support, sizeof s.support, "CPython %d.%d: %s; frames from %s", major, minor, why, api);
+    return;
+  }
+  if (l.free_threaded) {
+    std::snprintf(s.support, sizeof s.support,
+                  "CPython %d.%d free-threaded build: not read directly; frames from %s", major, minor, api);
+    return;
+  }
+  s.layout = l;
+  s.path = Path::Direct;
+  std::snprintf(s.support, sizeof s.support, "CPython %d.%d: frames read without the GIL (%s)", major,
+                minor, source);
+}
+
 bool detect_locked() {
   PyApi py;
   if (!sym(py.GetVersion, "Py_GetVersion") || !sym(py.IsInitialized, "Py_IsInitialized") ||
@@ -136,7 +167,6 @@ bool detect_locked() {
       !sym(py.GILState_GetThisThreadState, "PyGILState_GetThisThreadState") ||
       !sym(py.IncRef, "Py_IncRef") || !sym(py.DecRef, "Py_DecRef"))
     return false;
-  // Present from 3.9 on; without them only the raw path could work, and it needs 3.11.
   sym(py.ThreadState_GetFrame, "PyThreadState_GetFrame");
   sym(py.Frame_GetBack, "PyFrame_GetBack");
   sym(py.Frame_GetCode, "PyFrame_GetCode");
@@ -145,27 +175,40 @@ bool detect_locked() {
   sym(py.Unicode_AsUTF8, "PyUnicode_AsUTF8");
   sym(py.Err_Fetch, "PyErr_Fetch");
   sym(py.Err_Restore, "PyErr_Restore");
-  py.code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
-  py.unicode_type = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
-  py.bytes_type = dlsym(RTLD_DEFAULT, "PyBytes_Type");
 
   int major = 0, minor = 0;
   const char* v = py.GetVersion();
   if (!v || std::sscanf(v, "%d.%d", &major, &minor) != 2) return false;
-  bool api = py.ThreadState_GetFrame && py.Frame_GetBack && py.Frame_GetCode &&
-             py.Frame_GetLineNumber && py.Object_GetAttrString && py.Unicode_AsUTF8 &&
-             py.Err_Fetch && py.Err_Restore;
-  bool raw = g_mode.load() == static_cast<int>(PythonReadMode::Auto) && major == 3 && minor == 11 && py.code_type && py.unicode_type && py.bytes_type;
-  if (!api && !raw) return false;
 
   auto* s = new State();
   s->py = py;
-  s->raw311 = raw;
+  s->minor = minor;
+  const bool api = py.ThreadState_GetFrame && py.Frame_GetBack && py.Frame_GetCode &&
+                   py.Frame_GetLineNumber && py.Object_GetAttrString && py.Unicode_AsUTF8 &&
+                   py.Err_Fetch && py.Err_Restore;
+  s->path = api ? Path::Api : Path::None;
+  choose_direct_path(*s, major, minor);
+  if (s->path == Path::None) {
+    delete s;
+    return false;
+  }
   RangeQuery q{reinterpret_cast<uintptr_t>(py.GetVersion)};
   if (void* eval = dlsym(RTLD_DEFAULT, "PyEval_EvalCode")) q.addr = reinterpret_cast<uintptr_t>(eval);
   dl_iterate_phdr(&find_text_range, &q);
   s->interp_lo = q.lo;
   s->interp_hi = q.hi;
+  // Where the eval loop is one large function, each of its activations on the native stack is
+  // one eval call, which tells exactly where each group of Python frames belongs. Where it is a
+  // small trampoline into per-instruction functions (3.14 built with tail calls), it is not.
+  Dl_info info;
+  void* entry = nullptr;
+  if (void* eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+      eval && dladdr1(eval, &info, &entry, RTLD_DL_SYMENT) && entry &&
+      static_cast<const ElfW(Sym)*>(entry)->st_size > 16384) {
+    const auto* es = static_cast<const ElfW(Sym)*>(entry);
+    s->eval_lo = reinterpret_cast<uintptr_t>(eval);
+    s->eval_hi = s->eval_lo + es->st_size;
+  }
   s->slot_key = static_cast<std::atomic<uintptr_t>*>(std::calloc(kSlots, sizeof(uintptr_t)));
   s->slot_id = static_cast<std::atomic<uint32_t>*>(std::calloc(kSlots, sizeof(uint32_t)));
   s->entries = static_cast<std::atomic<CodeEntry*>*>(std::calloc(kMaxCodes, sizeof(void*)));
@@ -212,7 +255,10 @@ uint32_t code_id(State& s, uintptr_t code, Valid&& valid, Make&& make) {
   if (s.next_id >= kMaxCodes) return 0;
   auto* e = new CodeEntry();
   e->code = code;
-  make(*e);
+  if (!make(*e)) {
+    delete e;
+    return 0;
+  }
   uint32_t id = s.next_id++;
   s.entries[id].store(e, std::memory_order_release);
   i = slot_of(code);
@@ -227,96 +273,71 @@ uint32_t code_id(State& s, uintptr_t code, Valid&& valid, Make&& make) {
   return id;  // found again by id even if no slot was free (then looked up again next time)
 }
 
-inline uintptr_t tag(uint32_t id, int line) {
-  return kPythonFrameTag | (static_cast<uintptr_t>(id) << 32) |
-         static_cast<uint32_t>(line < 0 ? 0 : line);
-}
+// Names code objects met by the direct walk, from what it read through validated reads.
+class DirectNamer final : public CodeNamer {
+ public:
+  explicit DirectNamer(State& s) : s_(s) {}
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+  uint32_t id_for(const CodeFacts& f) override {
+    return code_id(
+        s_, f.code,
+        [&](const CodeEntry& e) {
+          return e.filename_obj == f.filename && e.name_obj == f.qualname && e.first_line == f.first_line &&
+                 e.linetable_obj == f.linetable;
+        },
+        [&](CodeEntry& e) {
+          e.filename_obj = f.filename;
+          e.name_obj = f.qualname;
+          e.linetable_obj = f.linetable;
+          e.first_line = f.first_line;
+          if (!read_python_str(s_.layout, s_.types, f.filename, &e.filename)) e.filename = "<python>";
+          if (!read_python_str(s_.layout, s_.types, f.qualname, &e.name)) e.name = "<python>";
+          uintptr_t data = 0;
+          size_t size = 0;
+          if (python_bytes_span(s_.layout, s_.types, f.linetable, &data, &size) && size <= kMaxCopiedLineTable) {
+            e.lines.assign(reinterpret_cast<const uint8_t*>(data), reinterpret_cast<const uint8_t*>(data) + size);
+            e.lines_copied = true;
+          }
+          return true;
+        });
   }
-}
 
-// A str object's text, read from its 3.11 layout ("?" for shapes it does not handle).
-std::string raw_str311(const State& s, uintptr_t obj) {
-  using L = Layout311;
-  if (!obj || at<void*>(obj, L::kObType) != s.py.unicode_type) return "?";
-  auto len = at<int64_t>(obj, L::kStrLength);
-  uint32_t st = at<uint32_t>(obj, L::kStrState);
-  unsigned kind = (st >> 2) & 7, compact = (st >> 5) & 1, ascii = (st >> 6) & 1;
-  if (!compact || len < 0 || len > 4096) return "?";
-  if (ascii) return std::string(reinterpret_cast<const char*>(obj + L::kAsciiData), len);
-  std::string out;
-  const uintptr_t d = obj + L::kCompactData;
-  for (int64_t i = 0; i < len; ++i) {
-    uint32_t cp = kind == 1   ? at<uint8_t>(d, i)
-                  : kind == 2 ? at<uint16_t>(d, 2 * i)
-                  : kind == 4 ? at<uint32_t>(d, 4 * i)
-                              : '?';
-    append_utf8(out, cp);
-  }
-  return out;
-}
-
-int capture_raw311(State& s, uintptr_t* out, int max) {
-  using L = Layout311;
-  auto ts = reinterpret_cast<uintptr_t>(s.py.GILState_GetThisThreadState());
-  if (!ts) return 0;
-  uintptr_t cframe = at<uintptr_t>(ts, L::kTsCframe);
-  if (!cframe) return 0;
-  uintptr_t frame = at<uintptr_t>(cframe, L::kCframeCurrent);
-  int n = 0;
-  for (int guard = 0; frame && n < max && guard < 4096; ++guard) {
-    uintptr_t code = at<uintptr_t>(frame, L::kFrameCode);
-    if (!code || at<void*>(code, L::kObType) != s.py.code_type) break;  // not a frame chain
-    uintptr_t first = code + L::kCodeAdaptive;
-    uintptr_t prev = at<uintptr_t>(frame, L::kFramePrevInstr);
-    int traceable = at<int>(code, L::kCodeFirstTraceable);
-    bool incomplete = at<char>(frame, L::kFrameOwner) != L::kOwnedByGenerator &&
-                      prev < first + 2 * static_cast<uintptr_t>(traceable);
-    if (!incomplete) {
-      uintptr_t fn = at<uintptr_t>(code, L::kCodeFilename);
-      uintptr_t qn = at<uintptr_t>(code, L::kCodeQualname);
-      int first_line = at<int>(code, L::kCodeFirstLineNo);
-      uint32_t id = code_id(
-          s, code,
-          [&](const CodeEntry& e) {
-            return e.filename_obj == fn && e.name_obj == qn && e.first_line == first_line;
-          },
-          [&](CodeEntry& e) {
-            e.filename_obj = fn;
-            e.name_obj = qn;
-            e.first_line = first_line;
-            e.filename = raw_str311(s, fn);
-            e.name = raw_str311(s, qn);
-          });
-      int line = 0;
-      uintptr_t table = at<uintptr_t>(code, L::kCodeLineTable);
-      if (table && at<void*>(table, L::kObType) == s.py.bytes_type) {
-        auto size = at<int64_t>(table, L::kVarSize);
-        int index = static_cast<int>((static_cast<intptr_t>(prev - first)) / 2);
-        if (size > 0 && size < (int64_t{1} << 24))
-          line = python_line_from_location_table(reinterpret_cast<const uint8_t*>(table + L::kBytesData),
-                                                 static_cast<size_t>(size), first_line, index);
-      }
-      out[n++] = tag(id, line);
+  int line_for(uint32_t id, const CodeFacts& f, int index) override {
+    CodeEntry* e = s_.entries[id].load(std::memory_order_acquire);
+    if (!e || index < 0) return e ? e->first_line : 0;
+    const uint64_t memo = e->memo.load(std::memory_order_relaxed);
+    if (memo != ~uint64_t{0} && static_cast<int>(memo >> 32) == index) return static_cast<int>(static_cast<uint32_t>(memo));
+    int line = -1;
+    if (e->lines_copied) {
+      line = python_line_from_location_table(e->lines.data(), e->lines.size(), e->first_line, index);
+    } else {
+      uintptr_t data = 0;
+      size_t size = 0;
+      if (python_bytes_span(s_.layout, s_.types, f.linetable, &data, &size))
+        line = python_line_from_location_table(reinterpret_cast<const uint8_t*>(data), size, e->first_line, index);
     }
-    frame = at<uintptr_t>(frame, L::kFramePrevious);
+    if (line < 0) line = 0;
+    e->memo.store((static_cast<uint64_t>(static_cast<uint32_t>(index)) << 32) | static_cast<uint32_t>(line),
+                  std::memory_order_relaxed);
+    return line;
   }
-  return n;
+
+ private:
+  State& s_;
+};
+
+PythonWalk capture_direct(State& s, uintptr_t* out, int max) {
+  PythonWalk w;
+  auto ts = reinterpret_cast<uintptr_t>(s.py.GILState_GetThisThreadState());
+  if (!ts) return w;  // a thread Python has never run on
+  bool ok = false;
+  uintptr_t frame = python_first_frame(s.layout, ts, &ok);
+  if (!ok) {
+    w.failed = true;
+    return w;
+  }
+  DirectNamer namer(s);
+  return walk_python_frames(s.layout, s.types, frame, namer, out, max);
 }
 
 std::string api_str(const PyApi& py, void* obj, const char* attr) {
@@ -328,10 +349,11 @@ std::string api_str(const PyApi& py, void* obj, const char* attr) {
   return out;
 }
 
-int capture_api(State& s, uintptr_t* out, int max) {
+PythonWalk capture_api(State& s, uintptr_t* out, int max) {
+  PythonWalk w;
   const PyApi& py = s.py;
   void* ts = py.GILState_GetThisThreadState();
-  if (!ts) return 0;
+  if (!ts) return w;
   void* f = py.ThreadState_GetFrame(ts);
   int n = 0;
   while (f && n < max) {
@@ -349,16 +371,36 @@ int capture_api(State& s, uintptr_t* out, int max) {
           if (e.name.empty()) e.name = api_str(py, code, "co_name");
           py.Err_Restore(t, v, tb);
           py.IncRef(code);
+          return true;
         });
     py.DecRef(code);
-    out[n++] = tag(id, line);
+    out[n++] = python_frame_tag(id, line);
     void* back = py.Frame_GetBack(f);
     py.DecRef(f);
     f = back;
   }
   if (f) py.DecRef(f);
-  return n;
+  w.frames = n;
+  if (n > 0) {
+    w.groups = 1;
+    w.group_end[0] = static_cast<uint16_t>(n);
+  }
+  return w;
 }
+
+PythonWalk capture(State& s, uintptr_t* out, int max) {
+  if (max <= 0 || !s.py.IsInitialized()) return PythonWalk{};
+  if (s.path == Path::Direct) {
+    PythonWalk w = capture_direct(s, out, max);
+    if (w.failed) g_walks_failed.fetch_add(1, std::memory_order_relaxed);
+    return w;
+  }
+  if (!s.py.GILState_Check()) return PythonWalk{};
+  return capture_api(s, out, max);
+}
+
+inline bool in_interp(const State& s, uintptr_t pc) { return pc >= s.interp_lo && pc < s.interp_hi; }
+inline bool in_eval(const State& s, uintptr_t pc) { return pc >= s.eval_lo && pc < s.eval_hi; }
 
 }  // namespace
 
@@ -409,23 +451,69 @@ int capture_python(uintptr_t* out, int max_frames) {
   if (max_frames <= 0 || g_mode.load(std::memory_order_relaxed) == static_cast<int>(PythonReadMode::Off))
     return 0;
   State* s = state();
-  if (!s || !s->py.IsInitialized()) return 0;
-  if (s->raw311) return capture_raw311(*s, out, max_frames);
-  if (!s->py.GILState_Check()) return 0;
-  return capture_api(*s, out, max_frames);
+  return s ? capture(*s, out, max_frames).frames : 0;
+}
+
+int splice_python_frames(uintptr_t* pcs, int n, int max_out) {
+  if (n > max_out) n = max_out;
+  if (g_mode.load(std::memory_order_relaxed) == static_cast<int>(PythonReadMode::Off)) return n;
+  State* s = state();
+  if (!s || n <= 0) return n;
+  int first_interp = 0;
+  while (first_interp < n && !in_interp(*s, pcs[first_interp] - 1)) ++first_interp;
+  if (first_interp == n) return n;  // this stack does not pass through the interpreter
+  constexpr int kMax = 512;
+  uintptr_t py[kMax];
+  PythonWalk w = capture(*s, py, max_out < kMax ? max_out : kMax);
+  if (w.frames == 0) return n;
+  uintptr_t merged[kMax];
+  int m = 0, g = 0, k = 0;
+  auto emit = [&](uintptr_t pc) {
+    if (m < max_out && m < kMax) merged[m++] = pc;
+  };
+  auto emit_groups = [&](int count) {
+    for (; count > 0 && g < w.groups; --count, ++g)
+      for (; k < w.group_end[g]; ++k) emit(py[k]);
+  };
+  for (int i = 0; i < n;) {
+    if (!in_interp(*s, pcs[i] - 1)) {
+      emit(pcs[i++]);
+      continue;
+    }
+    // A run of the interpreter's own frames: it is running the next group(s) of Python frames.
+    int end = i, evals = 0;
+    for (; end < n && in_interp(*s, pcs[end] - 1); ++end) evals += in_eval(*s, pcs[end] - 1);
+    bool last_run = true;
+    for (int j = end; j < n; ++j)
+      if (in_interp(*s, pcs[j] - 1)) {
+        last_run = false;
+        break;
+      }
+    if (last_run) {
+      emit_groups(w.groups);
+      break;  // what lies outside (libc's start, the thread's start) says nothing more
+    }
+    emit_groups(s->eval_hi ? evals : 1);
+    if (g == w.groups) break;  // every Python frame placed: the rest is the process's start
+    i = end;
+  }
+  emit_groups(w.groups);  // the native stack was cut short: the rest still belongs
+  for (; k < w.frames; ++k) emit(py[k]);
+  std::memcpy(pcs, merged, static_cast<size_t>(m) * sizeof(uintptr_t));
+  return m;
 }
 
 bool python_present() { return state() != nullptr; }
 
 bool in_python_interpreter(uintptr_t pc) {
   if (g_found.load(std::memory_order_acquire) != 2) return false;
-  return pc >= g_state->interp_lo && pc < g_state->interp_hi;
+  return in_interp(*g_state, pc);
 }
 
 bool describe_python_frame(uintptr_t tagged, PythonFrameInfo* out) {
   if (!is_python_frame(tagged) || g_found.load(std::memory_order_acquire) != 2) return false;
   uint32_t id = static_cast<uint32_t>((tagged & ~kPythonFrameTag) >> 32);
-  static const std::string kUnnamed = "<python>";
+  static const char kUnnamed[] = "<python>";
   const CodeEntry* e = id > 0 && id < kMaxCodes ? g_state->entries[id].load(std::memory_order_acquire) : nullptr;
   out->filename = e ? std::string_view(e->filename) : std::string_view(kUnnamed);
   out->name = e ? std::string_view(e->name) : std::string_view(kUnnamed);
@@ -435,8 +523,14 @@ bool describe_python_frame(uintptr_t tagged, PythonFrameInfo* out) {
 
 std::string_view python_support() {
   State* s = g_found.load(std::memory_order_acquire) == 2 ? g_state : nullptr;
-  if (!s) return "none";
-  return s->raw311 ? "api+3.11" : "api";
+  return s ? std::string_view(s->support) : std::string_view("none");
 }
+
+bool python_reads_directly() {
+  State* s = g_found.load(std::memory_order_acquire) == 2 ? g_state : nullptr;
+  return s && s->path == Path::Direct;
+}
+
+uint64_t python_walks_failed() { return g_walks_failed.load(std::memory_order_relaxed); }
 
 }  // namespace memtrace::unwind

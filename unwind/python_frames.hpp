@@ -7,11 +7,14 @@
 // (taking it inside a hooked cudaMalloc can deadlock: PyTorch calls cudaMalloc with its
 // allocator mutex held and the GIL released, while another thread holds the GIL and waits for
 // that mutex):
-//  - the thread holds the GIL (ctypes.PyDLL, CuPy): the public C API (Python 3.9+);
-//  - it does not (PyTorch releases the GIL around its operators): this thread's own frame
-//    chain is read directly. Its frames cannot change while the thread is inside our hook,
-//    but the layout is private to each CPython minor version, so this path exists only for
-//    the versions whose layout memtrace knows (3.11; checked against the headers by a test).
+//  - directly (CPython 3.11 to 3.14, default builds; MEMTRACE_PYTHON=auto): this thread's own
+//    frame chain, whether or not it holds the GIL. Its frames cannot change while the thread is
+//    inside our hook. The layout comes from a checked table (3.11, 3.12) or from the
+//    interpreter's own _Py_DebugOffsets (3.13+), and every read is validated
+//    (readable_memory.hpp), so a torn chain costs that stack its Python frames, never the program;
+//  - through the public C API when the thread holds the GIL (other versions, free-threaded
+//    builds, MEMTRACE_PYTHON=gil).
+// docs/python-frames.md says what is read, from where, and why it is safe.
 // Function names and file names are copied once per code object, when first seen.
 #pragma once
 #include <cstdint>
@@ -38,6 +41,14 @@ int capture_python(uintptr_t* out, int max_frames);
 // in case an embedding program loads libpython later). One load when known.
 bool python_present();
 
+// Replaces the interpreter's native frames in pcs[0..n) (return addresses, innermost first) by
+// the Python frames they run, in place: each run of interpreter frames gets the Python frames of
+// the eval calls it holds, native frames between them (C extensions, PyTorch's C++) stay where
+// they are, and what lies outside the outermost run (libc's start of the process or thread) is
+// dropped. Returns the new count (at most max_out; pcs must hold max_out entries). Unchanged
+// when the stack does not pass through the interpreter or its Python frames cannot be read.
+int splice_python_frames(uintptr_t* pcs, int n, int max_out);
+
 // Whether a return address lies in the interpreter's own code: native frames from there on
 // are the interpreter running the Python frames, which replace them.
 bool in_python_interpreter(uintptr_t pc);
@@ -50,8 +61,16 @@ bool describe_python_frame(uintptr_t tagged, PythonFrameInfo* out);
 enum class PythonReadMode { Auto, GilOnly, Off };
 void set_python_read_mode(PythonReadMode mode);
 
-// Which reading path is active: "none", "api" (GIL-held only) or "api+3.11". For the debug log.
+// One line saying which interpreter was found and how its frames are read (or why not), for the
+// debug log; "none" before Python is found.
 std::string_view python_support();
+
+// Whether frames are read directly (without the GIL) in this process.
+bool python_reads_directly();
+
+// Captures whose direct walk found the frame chain unreadable or implausible (those stacks
+// have no Python frames); counted for the exit summary.
+uint64_t python_walks_failed();
 
 // Decodes a CPython 3.11+ location table (co_linetable) for the code unit at `instr_index`;
 // exposed for the unit test. Returns the line, or -1 where the table says "no location".

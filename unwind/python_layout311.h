@@ -10,6 +10,7 @@
 #define MT_PY311_FRAME_CODE 32           /* _PyInterpreterFrame.f_code */
 #define MT_PY311_FRAME_PREVIOUS 48       /* _PyInterpreterFrame.previous */
 #define MT_PY311_FRAME_PREV_INSTR 56     /* _PyInterpreterFrame.prev_instr */
+#define MT_PY311_FRAME_IS_ENTRY 68       /* _PyInterpreterFrame.is_entry: first frame of an eval call */
 #define MT_PY311_FRAME_OWNER 69          /* _PyInterpreterFrame.owner */
 #define MT_PY311_OWNED_BY_GENERATOR 1    /* FRAME_OWNED_BY_GENERATOR */
 #define MT_PY311_OB_TYPE 8               /* PyObject.ob_type */
