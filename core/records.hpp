@@ -83,6 +83,11 @@ struct StateCopy {
   uint64_t distinct_stacks = 0;
   uint64_t stack_table_bytes = 0;
   uint64_t ring_bytes = 0;
+  // Python frames, filled in by whoever captures stacks: how they were read ("" when the program
+  // runs no Python) and how many captures found the frame chain unreadable (those stacks have no
+  // Python frames).
+  std::string python_support;
+  uint64_t python_walks_failed = 0;
 };
 
 }  // namespace memtrace

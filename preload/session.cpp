@@ -192,6 +192,10 @@ void dump_now(const char* reason) {
     state.distinct_stacks = s->stacks.size();
     state.stack_table_bytes = s->stacks.memory_bytes();
     state.owner_names = s->owners.names();
+    if (unwind::python_present()) {
+      state.python_support = std::string(unwind::python_support());
+      state.python_walks_failed = unwind::python_walks_failed();
+    }
     output::DumpRequest req;
     req.path_template = template_for(s->config.output, at_exit);
     req.sequence = g_dump_sequence.fetch_add(1);

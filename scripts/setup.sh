@@ -27,3 +27,8 @@ fi
 BUILD_DIR="${BUILD_DIR:-build}"
 cmake -S . -B "$BUILD_DIR" -DCUDA_HOME="$CUDA_HOME" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# Real CPython 3.13 and 3.14 (Debian's packages, unpacked, not installed) for the Python-frame tests.
+# Without a network they cannot be fetched: those tests then say skipped and why (CI, which sets
+# MEMTRACE_REQUIRE_PYTHONS=1, fails instead).
+./scripts/fetch-pythons.sh "$BUILD_DIR/pythons" || echo "memtrace setup: some Python interpreters could not be fetched; their tests will skip" >&2

@@ -13,6 +13,7 @@ Plain python3, no third-party modules. Set MEMTRACE_TEST_KEEP=1 to keep the temp
 FREE_FAILED_NOTE = "memtrace: free failed, still allocated"
 import argparse
 import glob
+import json
 import os
 import pickle
 import re
@@ -996,6 +997,96 @@ def case_python_frames(ctx):
                   f"{label}: interpreter frames after the Python ones: {frames}")
             check(all(f["filename"].endswith("python_frames.py") for f in frames[first_py:]),
                   f"{label}: native frames mixed after the Python ones: {frames[first_py:]}")
+
+
+def interpreter_command(ctx, version):
+    """The argv prefix that runs CPython <version> (e.g. "3.13") on this machine, with the
+    simulated device on its library path, or raises Skip saying why there is none. 3.11 is the
+    interpreter running the tests; 3.12 the machine's own (pyenv or /usr/bin), when it has one;
+    3.13 and 3.14 are Debian's packages unpacked under <build>/pythons by scripts/fetch-pythons.sh,
+    run through their own loader (they need a newer glibc than the machine's)."""
+    if version == "%d.%d" % sys.version_info[:2]:
+        return [sys.executable], {}
+    root = os.path.join(ctx.build, "pythons", version)
+    launch = os.path.join(root, "launch")
+    if os.path.isfile(launch):
+        with open(launch) as f:
+            words = f.read().split("\n")
+        words = [w for w in words if w]
+        # words: loader, --library-path, <dir>, python
+        words[2] = words[2] + ":" + ctx.sim
+        return words, {}
+    import glob
+    import shutil
+    for cand in sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")) +
+                       glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python{version}")) + \
+            [shutil.which(f"python{version}") or ""]:
+        if cand and os.access(cand, os.X_OK):
+            return [cand], {}
+    why = (f"no CPython {version} here: {launch} does not exist (scripts/fetch-pythons.sh fetches 3.13 and "
+           f"3.14; see {os.path.join(ctx.build, 'pythons')}) and no python{version} is installed")
+    if os.environ.get("MEMTRACE_REQUIRE_PYTHONS") == "1" and version in ("3.13", "3.14"):
+        fail(why + " (MEMTRACE_REQUIRE_PYTHONS=1: CI must not skip)")
+    raise Skip(why)
+
+
+def python_scenarios_on(ctx, version):
+    """tests/process/python_scenarios.py on one CPython: every allocation's Python frames are
+    exactly the ones the interpreter itself reported on the calling line (function, line, file,
+    innermost first), with the GIL released and held, in nested functions, a method, a generator,
+    a coroutine, a comprehension, a thread, a class body and a callback from C; the owner is the
+    script, never 'ffi' or the interpreter; native frames between two eval calls (libc's qsort
+    calling back into Python) stay between them; the exit summary says how frames were read and
+    that no walk failed."""
+    ctx.need_preload()
+    ctx.need_sim()
+    argv, env = interpreter_command(ctx, version)
+    script = os.path.join(ctx.source, "tests", "process", "python_scenarios.py")
+    env = dict(env, MEMTRACE_DEBUG="1")
+    r, snap = traced_and_checked(ctx, argv + [script], env=env)
+    stacks = r.out.values.get("PYSTACK", [])
+    labels = {v[0] for v in stacks}
+    want_labels = {f"{k}-{g}" for k in ("nested", "method", "generator", "coroutine", "comprehension",
+                                          "callback", "thread") for g in ("released", "held")} | {"classbody-released"}
+    check(labels == want_labels, f"program printed PYSTACK for {sorted(labels)}\n{r.describe()}")
+    allocs = {e["addr"]: e for e in snap.actions("alloc")}
+    for v in stacks:
+        label, addr = v[0], int(v[1], 16)
+        want = [(q, line, f) for q, line, f in json.loads(" ".join(v[2:]))]
+        e = allocs.get(addr)
+        check(e is not None, f"{version} {label}: no alloc entry at {addr:#x}")
+        frames = e.get("frames") or []
+        got = [(f["name"], f["line"], f["filename"]) for f in frames if f["filename"].endswith(".py")]
+        check(got == want, f"CPython {version}, {label}: Python frames\n  got  {got}\n  want {want}\n"
+                           f"  all frames: {[(f['filename'], f['name'], f['line']) for f in frames]}")
+        check(e.get("category") == "python_scenarios.py",
+              f"CPython {version}, {label}: owner {e.get('category')!r}, expected 'python_scenarios.py'")
+        names = [f["name"] for f in frames]
+        check(not any(n.startswith("_PyEval_EvalFrame") or n.startswith("PyEval_") for n in names),
+              f"CPython {version}, {label}: the interpreter's own frames are still there: {names}")
+        if label.startswith("callback"):
+            py_at = [i for i, f in enumerate(frames) if f["filename"].endswith(".py")]
+            between = [frames[i]["name"] for i in range(py_at[0], py_at[-1]) if not frames[i]["filename"].endswith(".py")]
+            check(any("qsort" in n for n in between) or any("libc.so" in frames[i]["filename"]
+                                                            for i in range(py_at[0], py_at[-1])),
+                  f"CPython {version}, {label}: libc's qsort is not between the two groups of Python frames: {names}")
+    summary = r.summary()
+    check(re.search(r"python: CPython %s: frames read without the GIL .*; 0 stacks without Python frames"
+                    % re.escape(version), summary),
+          f"CPython {version}: the summary does not say frames were read without the GIL and no walk failed:\n{summary}")
+    categories = {e.get("category") for e in snap.actions("alloc")}
+    check(not categories & {"ffi", "python", "_ctypes"} and not any(c.startswith("python3") for c in categories),
+          f"CPython {version}: glue named as an owner: {categories}")
+
+
+for _v in ("3.11", "3.12", "3.13", "3.14"):
+    def _make(version):
+        def run(ctx):
+            python_scenarios_on(ctx, version)
+        run.__name__ = "case_python_" + version.replace(".", "")
+        run.__doc__ = python_scenarios_on.__doc__
+        return run
+    case(_make(_v))
 
 
 @case
