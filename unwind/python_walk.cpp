@@ -126,11 +126,12 @@ PythonWalk walk_python_frames(const PythonLayout& l, const PythonTypes& types, u
       w.failed = true;  // too deep to be real, or not a frame's address
       break;
     }
-    for (int i = 0; i < nseen; ++i)
-      if (seen[i] == frame) {
-        w.failed = true;  // a loop: frames only ever point outwards
-        return w;
-      }
+    bool looped = false;
+    for (int i = 0; i < nseen && !looped; ++i) looped = seen[i] == frame;
+    if (looped) {
+      w.failed = true;  // a loop: frames only ever point outwards
+      break;
+    }
     if (nseen < kSeen) seen[nseen++] = frame;
     if (!safe_read(frame, fblock, fspan)) {
       w.failed = true;

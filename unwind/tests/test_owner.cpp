@@ -107,3 +107,14 @@ TEST_CASE("owner_of_stack skips infrastructure frames", "[owner]") {
   CHECK(owner_of_stack(mixed, sym, exe) == "unwind_symtest");
   munmap(p, 4096);
 }
+
+TEST_CASE("python_package: installed packages by name, the standard library not at all, user code by file") {
+  using memtrace::unwind::python_package;
+  CHECK(python_package("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py") == "torch");
+  CHECK(python_package("/usr/lib/python3/dist-packages/cupy/_core/core.py") == "cupy");
+  CHECK(python_package("/usr/local/lib/python3.13/site-packages/six.py") == "six");
+  CHECK(python_package("/usr/lib/python3.13/threading.py") == "");
+  CHECK(python_package("/root/.pyenv/versions/3.11.7/lib/python3.11/ctypes/__init__.py") == "");
+  CHECK(python_package("<frozen importlib._bootstrap>") == "");
+  CHECK(python_package("/home/ana/project/train.py") == "train.py");
+}
