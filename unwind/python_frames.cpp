@@ -49,7 +49,9 @@ struct CodeEntry {
   std::string name;
   std::vector<uint8_t> lines;  // a copy of co_linetable, so later lines need no interpreter reads
   bool lines_copied = false;
-  std::atomic<uint64_t> memo{~uint64_t{0}};  // (code unit << 32) | line of the last lookup
+  // (code unit << 32) | line of recent lookups, by code unit: a function on a stack is usually
+  // at one of a few calls.
+  std::atomic<uint64_t> memo[4] = {~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}};
 };
 
 constexpr uint32_t kMaxCodes = 1u << 16;  // id 0 is "a Python frame memtrace could not name"
@@ -305,7 +307,8 @@ class DirectNamer final : public CodeNamer {
   int line_for(uint32_t id, const CodeFacts& f, int index) override {
     CodeEntry* e = s_.entries[id].load(std::memory_order_acquire);
     if (!e || index < 0) return e ? e->first_line : 0;
-    const uint64_t memo = e->memo.load(std::memory_order_relaxed);
+    std::atomic<uint64_t>& slot = e->memo[static_cast<unsigned>(index) & 3];
+    const uint64_t memo = slot.load(std::memory_order_relaxed);
     if (memo != ~uint64_t{0} && static_cast<int>(memo >> 32) == index) return static_cast<int>(static_cast<uint32_t>(memo));
     int line = -1;
     if (e->lines_copied) {
@@ -317,7 +320,7 @@ class DirectNamer final : public CodeNamer {
         line = python_line_from_location_table(reinterpret_cast<const uint8_t*>(data), size, e->first_line, index);
     }
     if (line < 0) line = 0;
-    e->memo.store((static_cast<uint64_t>(static_cast<uint32_t>(index)) << 32) | static_cast<uint32_t>(line),
+    slot.store((static_cast<uint64_t>(static_cast<uint32_t>(index)) << 32) | static_cast<uint32_t>(line),
                   std::memory_order_relaxed);
     return line;
   }

@@ -38,7 +38,6 @@ void append_utf8(std::string& out, uint32_t cp) {
 }
 
 constexpr int64_t kMaxNameLength = 4096;
-constexpr int kSeen = 256;  // frames remembered for loop detection (beyond: the step limit)
 
 }  // namespace
 
@@ -115,8 +114,10 @@ PythonWalk walk_python_frames(const PythonLayout& l, const PythonTypes& types, u
     w.failed = true;
     return w;
   }
-  uintptr_t seen[kSeen];
-  int nseen = 0;
+  // Loops are found as Brent's algorithm finds them: a frame remembered at each power of two
+  // steps; meeting it again means a cycle. Two comparisons a step, found within twice its length.
+  uintptr_t remembered = 0;
+  int power = 1, since = 0;
   auto close_group = [&]() {
     if (w.groups < kMaxPythonGroups && w.frames > (w.groups ? w.group_end[w.groups - 1] : 0))
       w.group_end[w.groups++] = static_cast<uint16_t>(w.frames);
@@ -126,13 +127,15 @@ PythonWalk walk_python_frames(const PythonLayout& l, const PythonTypes& types, u
       w.failed = true;  // too deep to be real, or not a frame's address
       break;
     }
-    bool looped = false;
-    for (int i = 0; i < nseen && !looped; ++i) looped = seen[i] == frame;
-    if (looped) {
+    if (frame == remembered) {
       w.failed = true;  // a loop: frames only ever point outwards
       break;
     }
-    if (nseen < kSeen) seen[nseen++] = frame;
+    if (++since == power) {
+      remembered = frame;
+      power *= 2;
+      since = 0;
+    }
     if (!safe_read(frame, fblock, fspan)) {
       w.failed = true;
       break;

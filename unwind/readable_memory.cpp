@@ -13,11 +13,19 @@
 
 namespace memtrace::unwind {
 
+namespace detail {
+__thread HotRange t_hot[kHotRanges] __attribute__((tls_model("initial-exec")));
+__thread uint32_t t_hot_seq __attribute__((tls_model("initial-exec"))) = ~0u;
+std::atomic<uint32_t> g_maps_seq{0};
+}  // namespace detail
+
 namespace {
 
-struct Range {
-  uintptr_t lo, hi;
-};
+using detail::kHotRanges;
+using detail::t_hot;
+using detail::t_hot_seq;
+using Range = detail::HotRange;
+std::atomic<uint32_t>& g_seq = detail::g_maps_seq;
 
 constexpr uint32_t kCapacity = 1u << 16;           // mappings; a large PyTorch job has ~5,000
 constexpr uint64_t kMinRefreshNs = 5'000'000;      // a miss refreshes at most every 5 ms
@@ -27,17 +35,11 @@ constexpr uint64_t kMinRefreshNs = 5'000'000;      // a miss refreshes at most e
 Range* g_table = nullptr;
 Range* g_scratch = nullptr;
 std::atomic<uint32_t> g_count{0};
-std::atomic<uint32_t> g_seq{0};
 std::atomic<bool> g_refreshing{false};
 std::atomic<uint64_t> g_last_refresh_ns{0};
 std::atomic<uint64_t> g_refreshes{0};
 std::atomic<int> g_vm_readv{1};  // 0 once the kernel refused it (seccomp, old kernel)
 
-// A small per-thread memory of ranges that were found readable, valid while the sequence number
-// is unchanged: a walk reads mostly the same two or three mappings (the frame stack, the heap).
-constexpr int kHot = 4;
-__thread Range t_hot[kHot] __attribute__((tls_model("initial-exec")));
-__thread uint32_t t_hot_seq __attribute__((tls_model("initial-exec"))) = ~0u;
 __thread uint32_t t_hot_next __attribute__((tls_model("initial-exec"))) = 0;
 
 uint64_t now_ns() {
@@ -180,7 +182,7 @@ bool readable_slow(uintptr_t a, uintptr_t b) {
   uint32_t seq;
   if (g_count.load(std::memory_order_relaxed) == 0) refresh();
   if (in_table(a, b, &hit, &seq)) {
-    t_hot[t_hot_next++ % kHot] = hit;
+    t_hot[t_hot_next++ % kHotRanges] = hit;
     t_hot_seq = seq;
     return true;
   }
@@ -190,7 +192,7 @@ bool readable_slow(uintptr_t a, uintptr_t b) {
     refresh();
     if (in_table(a, b, &hit, &seq)) {
       if (seq != t_hot_seq) t_hot_next = 0;
-      t_hot[t_hot_next++ % kHot] = hit;
+      t_hot[t_hot_next++ % kHotRanges] = hit;
       t_hot_seq = seq;
       return true;
     }
@@ -198,24 +200,19 @@ bool readable_slow(uintptr_t a, uintptr_t b) {
   return false;
 }
 
-inline bool readable_fast(uintptr_t a, uintptr_t b) {
-  if (t_hot_seq != g_seq.load(std::memory_order_acquire)) return false;
-  for (const Range& r : t_hot)
-    if (a >= r.lo && b <= r.hi) return true;
-  return false;
-}
-
 }  // namespace
 
-bool safe_readable(uintptr_t addr, size_t len) {
+namespace detail {
+
+bool safe_readable_slow(uintptr_t addr, size_t len) {
   if (addr == 0 || len == 0) return false;
   uintptr_t end = addr + len;
   if (end < addr) return false;
-  return readable_fast(addr, end) || readable_slow(addr, end);
+  return readable_slow(addr, end);
 }
 
-bool safe_read(uintptr_t addr, void* out, size_t len) {
-  if (safe_readable(addr, len)) {
+bool safe_read_slow(uintptr_t addr, void* out, size_t len) {
+  if (safe_readable_slow(addr, len)) {
     std::memcpy(out, reinterpret_cast<const void*>(addr), len);
     return true;
   }
@@ -230,6 +227,8 @@ bool safe_read(uintptr_t addr, void* out, size_t len) {
   errno = saved;
   return r == static_cast<ssize_t>(len);
 }
+
+}  // namespace detail
 
 void safe_memory_reset() {
   g_refreshing.store(false);

@@ -6,16 +6,49 @@
 // table under a sequence counter, so a refresh in progress makes them look again rather than
 // believe a half-written table. See docs/python-frames.md ("Reading memory that may be torn").
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace memtrace::unwind {
 
+namespace detail {
+// The ranges this thread last found readable, valid while the table's sequence number is the one
+// they were found under: a walk reads mostly the same two or three mappings (the frame stack, the
+// heap), so most reads are settled here, inline, without a search.
+struct HotRange {
+  uintptr_t lo, hi;
+};
+constexpr int kHotRanges = 4;
+extern __thread HotRange t_hot[kHotRanges] __attribute__((tls_model("initial-exec")));
+extern __thread uint32_t t_hot_seq __attribute__((tls_model("initial-exec")));
+extern std::atomic<uint32_t> g_maps_seq;
+bool safe_read_slow(uintptr_t addr, void* out, size_t len);
+bool safe_readable_slow(uintptr_t addr, size_t len);
+
+inline bool hot(uintptr_t a, size_t len) {
+  const uintptr_t b = a + len;
+  if (t_hot_seq != g_maps_seq.load(std::memory_order_acquire) || b < a) return false;
+  for (const HotRange& r : t_hot)
+    if (a >= r.lo && b <= r.hi) return true;
+  return false;
+}
+}  // namespace detail
+
 // Copies [addr, addr + len) into out when it is readable; false (and nothing read) otherwise.
-bool safe_read(uintptr_t addr, void* out, size_t len);
+inline bool safe_read(uintptr_t addr, void* out, size_t len) {
+  if (addr != 0 && len != 0 && detail::hot(addr, len)) {
+    std::memcpy(out, reinterpret_cast<const void*>(addr), len);
+    return true;
+  }
+  return detail::safe_read_slow(addr, out, len);
+}
 
 // Whether [addr, addr + len) is readable now, by the same rules.
-bool safe_readable(uintptr_t addr, size_t len);
+inline bool safe_readable(uintptr_t addr, size_t len) {
+  return (addr != 0 && len != 0 && detail::hot(addr, len)) || detail::safe_readable_slow(addr, len);
+}
 
 // Forgets the table so the next read builds it again (tests, and a forked child whose parent
 // was refreshing).
