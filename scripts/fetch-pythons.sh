@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches real CPython interpreters newer than this machine's own (Debian's python3.13 from trixie,
-# python3.14 from sid) and unpacks them, with their headers and the glibc they were built against,
+# python3.14 and python3.15 from sid) and unpacks them, with their headers and the glibc they were built against,
 # under DEST (default build/pythons/<version>). Nothing is installed on the machine: apt runs with
 # a private sources list and state folder, and dpkg -x only unpacks.
 #
@@ -20,7 +20,8 @@ MIRROR="${MEMTRACE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 # version suite: the packages that make a working interpreter with ctypes and threading, its
 # headers (for the layout checks), and the C library it needs.
-declare -A SUITE=([3.13]=trixie [3.14]=sid)
+# 3.15 is a version memtrace has no layout for: its test checks the GIL-only fallback.
+declare -A SUITE=([3.13]=trixie [3.14]=sid [3.15]=sid)
 pkgs_for() {
   local v="$1"
   echo "python$v-minimal libpython$v-minimal libpython$v-stdlib libpython$v-dev python$v-dev" \
@@ -65,5 +66,5 @@ fetch_one() {
 }
 
 rc=0
-for v in 3.13 3.14; do fetch_one "$v" || rc=1; done
+for v in 3.13 3.14 3.15; do fetch_one "$v" || rc=1; done
 exit $rc

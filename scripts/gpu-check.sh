@@ -15,6 +15,7 @@ OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 
 echo "== machine"
+python3 -c 'import sys; print("python", sys.version.split()[0])' 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 | head -5
 ldd "$B/lib/libmemtrace.so" | sed 's/^/   /'
 
@@ -65,6 +66,17 @@ print(f"   {name}: top owners, live at exit: " + ", ".join(f"{k}={mib(v)}" for k
 print(f"   {name}: top owners, bytes allocated over the run: " +
       ", ".join(f"{k}={mib(v)} in {count_by_owner[k]}" for k, v in total_by_owner.most_common(8)))
 print(f"   {name}: allocation entries with Python frames: {py_frames}")
+# Which line of the example caused each owner's device memory (issue 11): the innermost frame in
+# examples/pytorch_example.py of each driver-level entry, with the owner and the bytes.
+by_line = collections.Counter()
+for dev in s['device_traces']:
+    for e in dev:
+        if e['action'] not in ('alloc', 'segment_alloc', 'segment_map'):
+            continue
+        line = next((f"{f['name']}:{f['line']}" for f in e.get('frames', []) if f['filename'].endswith('pytorch_example.py')), None)
+        by_line[(e.get('category', 'unknown'), e['action'], line or 'no example frame')] += e['size']
+for (cat, action, line), size in sorted(by_line.items(), key=lambda kv: -kv[1])[:16]:
+    print(f"   {name}: {cat:10s} {action:14s} {mib(size):>12s}  from pytorch_example.py {line}")
 PY
 }
 

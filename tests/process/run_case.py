@@ -1079,6 +1079,34 @@ def python_scenarios_on(ctx, version):
           f"CPython {version}: glue named as an owner: {categories}")
 
 
+@case
+def case_python_315_gil_only(ctx):
+    """A CPython whose layout memtrace does not know (3.15, Debian's sid) keeps to the C API: the
+    allocations made with the GIL held have exactly the interpreter's Python frames, those made
+    with it released have none and the owner 'python', and MEMTRACE_DEBUG says why."""
+    ctx.need_preload()
+    ctx.need_sim()
+    argv, env = interpreter_command(ctx, "3.15")
+    script = os.path.join(ctx.source, "tests", "process", "python_scenarios.py")
+    r, snap = traced_and_checked(ctx, argv + [script], env=dict(env, MEMTRACE_DEBUG="1"))
+    check(any("python: CPython 3.15: no layout known for this version; frames from the C API while the GIL is held"
+              in l for l in r.memtrace_lines()), f"no debug line naming the fallback:\n{r.describe()}")
+    allocs = {e["addr"]: e for e in snap.actions("alloc")}
+    stacks = r.out.values.get("PYSTACK", [])
+    check(len(stacks) == 15, f"program printed {len(stacks)} PYSTACK lines\n{r.describe()}")
+    for v in stacks:
+        label, addr = v[0], int(v[1], 16)
+        want = [(q, line, f) for q, line, f in json.loads(" ".join(v[2:]))]
+        frames = allocs[addr].get("frames") or []
+        got = [(f["name"], f["line"], f["filename"]) for f in frames if f["filename"].endswith(".py")]
+        if label.endswith("-held"):
+            check(got == want, f"3.15, {label}: Python frames\n  got  {got}\n  want {want}")
+            check(allocs[addr].get("category") == "python_scenarios.py", f"3.15, {label}: owner {allocs[addr].get('category')!r}")
+        else:
+            check(got == [], f"3.15, {label}: Python frames without the GIL on an unknown layout: {got}")
+            check(allocs[addr].get("category") == "python", f"3.15, {label}: owner {allocs[addr].get('category')!r}")
+
+
 for _v in ("3.11", "3.12", "3.13", "3.14"):
     def _make(version):
         def run(ctx):
