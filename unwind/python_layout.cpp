@@ -48,54 +48,39 @@ bool python_table_layout(int minor, PythonLayout* out) {
   l.minor = minor;
   l.via_cframe = true;
   l.instr_is_previous = true;
+  // The two tables name the same fields; MT_PY311_* and MT_PY312_* differ only in their values.
+#define MT_FROM_TABLE(V)                               \
+  l.ts_frame = MT_PY##V##_TS_CFRAME;                   \
+  l.cframe_current = MT_PY##V##_CFRAME_CURRENT;        \
+  l.frame_code = MT_PY##V##_FRAME_CODE;                \
+  l.frame_previous = MT_PY##V##_FRAME_PREVIOUS;        \
+  l.frame_instr = MT_PY##V##_FRAME_PREV_INSTR;         \
+  l.frame_owner = MT_PY##V##_FRAME_OWNER;              \
+  l.owned_by_generator = MT_PY##V##_OWNED_BY_GENERATOR; \
+  l.code_filename = MT_PY##V##_CODE_FILENAME;          \
+  l.code_qualname = MT_PY##V##_CODE_QUALNAME;          \
+  l.code_linetable = MT_PY##V##_CODE_LINETABLE;        \
+  l.code_firstlineno = MT_PY##V##_CODE_FIRSTLINENO;    \
+  l.code_adaptive = MT_PY##V##_CODE_ADAPTIVE;          \
+  l.code_firsttraceable = MT_PY##V##_CODE_FIRSTTRACEABLE; \
+  l.ob_type = MT_PY##V##_OB_TYPE;                      \
+  l.bytes_size = MT_PY##V##_VAR_SIZE;                  \
+  l.bytes_data = MT_PY##V##_BYTES_DATA;                \
+  l.str_length = MT_PY##V##_STR_LENGTH;                \
+  l.str_state = MT_PY##V##_STR_STATE;                  \
+  l.str_ascii_data = MT_PY##V##_ASCII_DATA;            \
+  l.str_compact_data = MT_PY##V##_COMPACT_DATA
   if (minor == 11) {
-    l.ts_frame = MT_PY311_TS_CFRAME;
-    l.cframe_current = MT_PY311_CFRAME_CURRENT;
-    l.frame_code = MT_PY311_FRAME_CODE;
-    l.frame_previous = MT_PY311_FRAME_PREVIOUS;
-    l.frame_instr = MT_PY311_FRAME_PREV_INSTR;
-    l.frame_owner = MT_PY311_FRAME_OWNER;
+    MT_FROM_TABLE(311);
     l.frame_is_entry = MT_PY311_FRAME_IS_ENTRY;
     l.shim_owner = 3;  // 3.11 has no shim frames; its owners are 0-2
-    l.owned_by_generator = MT_PY311_OWNED_BY_GENERATOR;
-    l.code_filename = MT_PY311_CODE_FILENAME;
-    l.code_qualname = MT_PY311_CODE_QUALNAME;
-    l.code_linetable = MT_PY311_CODE_LINETABLE;
-    l.code_firstlineno = MT_PY311_CODE_FIRSTLINENO;
-    l.code_adaptive = MT_PY311_CODE_ADAPTIVE;
-    l.code_firsttraceable = MT_PY311_CODE_FIRSTTRACEABLE;
-    l.ob_type = MT_PY311_OB_TYPE;
-    l.bytes_size = MT_PY311_VAR_SIZE;
-    l.bytes_data = MT_PY311_BYTES_DATA;
-    l.str_length = MT_PY311_STR_LENGTH;
-    l.str_state = MT_PY311_STR_STATE;
-    l.str_ascii_data = MT_PY311_ASCII_DATA;
-    l.str_compact_data = MT_PY311_COMPACT_DATA;
   } else if (minor == 12) {
-    l.ts_frame = MT_PY312_TS_CFRAME;
-    l.cframe_current = MT_PY312_CFRAME_CURRENT;
-    l.frame_code = MT_PY312_FRAME_CODE;
-    l.frame_previous = MT_PY312_FRAME_PREVIOUS;
-    l.frame_instr = MT_PY312_FRAME_PREV_INSTR;
-    l.frame_owner = MT_PY312_FRAME_OWNER;
+    MT_FROM_TABLE(312);
     l.shim_owner = MT_PY312_OWNED_BY_CSTACK;
-    l.owned_by_generator = MT_PY312_OWNED_BY_GENERATOR;
-    l.code_filename = MT_PY312_CODE_FILENAME;
-    l.code_qualname = MT_PY312_CODE_QUALNAME;
-    l.code_linetable = MT_PY312_CODE_LINETABLE;
-    l.code_firstlineno = MT_PY312_CODE_FIRSTLINENO;
-    l.code_adaptive = MT_PY312_CODE_ADAPTIVE;
-    l.code_firsttraceable = MT_PY312_CODE_FIRSTTRACEABLE;
-    l.ob_type = MT_PY312_OB_TYPE;
-    l.bytes_size = MT_PY312_VAR_SIZE;
-    l.bytes_data = MT_PY312_BYTES_DATA;
-    l.str_length = MT_PY312_STR_LENGTH;
-    l.str_state = MT_PY312_STR_STATE;
-    l.str_ascii_data = MT_PY312_ASCII_DATA;
-    l.str_compact_data = MT_PY312_COMPACT_DATA;
   } else {
     return false;
   }
+#undef MT_FROM_TABLE
   *out = l;
   return true;
 }

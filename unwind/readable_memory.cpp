@@ -232,7 +232,8 @@ bool safe_read_slow(uintptr_t addr, void* out, size_t len) {
 
 void safe_memory_reset() {
   g_refreshing.store(false);
-  if (g_seq.load() & 1) g_seq.fetch_add(1);
+  // A new even number: every thread's remembered ranges are forgotten, not only this one's.
+  g_seq.fetch_add((g_seq.load() & 1) ? 1 : 2);
   g_count.store(0);
   g_last_refresh_ns.store(0);
   t_hot_seq = ~0u;

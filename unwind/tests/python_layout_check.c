@@ -12,52 +12,36 @@
 
 #define SAME(expr, macro) _Static_assert((expr) == (macro), #macro " does not match the headers")
 
+#if MT_CHECK_MINOR == 11 || MT_CHECK_MINOR == 12
 #if MT_CHECK_MINOR == 11
 #include "unwind/python_layout311.h"
-SAME(offsetof(PyThreadState, cframe), MT_PY311_TS_CFRAME);
-SAME(offsetof(_PyCFrame, current_frame), MT_PY311_CFRAME_CURRENT);
-SAME(offsetof(_PyInterpreterFrame, f_code), MT_PY311_FRAME_CODE);
-SAME(offsetof(_PyInterpreterFrame, previous), MT_PY311_FRAME_PREVIOUS);
-SAME(offsetof(_PyInterpreterFrame, prev_instr), MT_PY311_FRAME_PREV_INSTR);
+#define P(x) MT_PY311_##x
 SAME(offsetof(_PyInterpreterFrame, is_entry), MT_PY311_FRAME_IS_ENTRY);
-SAME(offsetof(_PyInterpreterFrame, owner), MT_PY311_FRAME_OWNER);
-SAME(FRAME_OWNED_BY_GENERATOR, MT_PY311_OWNED_BY_GENERATOR);
-SAME(offsetof(PyObject, ob_type), MT_PY311_OB_TYPE);
-SAME(offsetof(PyCodeObject, co_firstlineno), MT_PY311_CODE_FIRSTLINENO);
-SAME(offsetof(PyCodeObject, co_filename), MT_PY311_CODE_FILENAME);
-SAME(offsetof(PyCodeObject, co_qualname), MT_PY311_CODE_QUALNAME);
-SAME(offsetof(PyCodeObject, co_linetable), MT_PY311_CODE_LINETABLE);
-SAME(offsetof(PyCodeObject, _co_firsttraceable), MT_PY311_CODE_FIRSTTRACEABLE);
-SAME(offsetof(PyCodeObject, co_code_adaptive), MT_PY311_CODE_ADAPTIVE);
-SAME(offsetof(PyVarObject, ob_size), MT_PY311_VAR_SIZE);
-SAME(offsetof(PyBytesObject, ob_sval), MT_PY311_BYTES_DATA);
-SAME(offsetof(PyASCIIObject, length), MT_PY311_STR_LENGTH);
-SAME(offsetof(PyASCIIObject, state), MT_PY311_STR_STATE);
-SAME(sizeof(PyASCIIObject), MT_PY311_ASCII_DATA);
-SAME(sizeof(PyCompactUnicodeObject), MT_PY311_COMPACT_DATA);
-#elif MT_CHECK_MINOR == 12
+#else
 #include "unwind/python_layout312.h"
-SAME(offsetof(PyThreadState, cframe), MT_PY312_TS_CFRAME);
-SAME(offsetof(_PyCFrame, current_frame), MT_PY312_CFRAME_CURRENT);
-SAME(offsetof(_PyInterpreterFrame, f_code), MT_PY312_FRAME_CODE);
-SAME(offsetof(_PyInterpreterFrame, previous), MT_PY312_FRAME_PREVIOUS);
-SAME(offsetof(_PyInterpreterFrame, prev_instr), MT_PY312_FRAME_PREV_INSTR);
-SAME(offsetof(_PyInterpreterFrame, owner), MT_PY312_FRAME_OWNER);
-SAME(FRAME_OWNED_BY_GENERATOR, MT_PY312_OWNED_BY_GENERATOR);
+#define P(x) MT_PY312_##x
 SAME(FRAME_OWNED_BY_CSTACK, MT_PY312_OWNED_BY_CSTACK);
-SAME(offsetof(PyObject, ob_type), MT_PY312_OB_TYPE);
-SAME(offsetof(PyCodeObject, co_firstlineno), MT_PY312_CODE_FIRSTLINENO);
-SAME(offsetof(PyCodeObject, co_filename), MT_PY312_CODE_FILENAME);
-SAME(offsetof(PyCodeObject, co_qualname), MT_PY312_CODE_QUALNAME);
-SAME(offsetof(PyCodeObject, co_linetable), MT_PY312_CODE_LINETABLE);
-SAME(offsetof(PyCodeObject, _co_firsttraceable), MT_PY312_CODE_FIRSTTRACEABLE);
-SAME(offsetof(PyCodeObject, co_code_adaptive), MT_PY312_CODE_ADAPTIVE);
-SAME(offsetof(PyVarObject, ob_size), MT_PY312_VAR_SIZE);
-SAME(offsetof(PyBytesObject, ob_sval), MT_PY312_BYTES_DATA);
-SAME(offsetof(PyASCIIObject, length), MT_PY312_STR_LENGTH);
-SAME(offsetof(PyASCIIObject, state), MT_PY312_STR_STATE);
-SAME(sizeof(PyASCIIObject), MT_PY312_ASCII_DATA);
-SAME(sizeof(PyCompactUnicodeObject), MT_PY312_COMPACT_DATA);
+#endif
+SAME(offsetof(PyThreadState, cframe), P(TS_CFRAME));
+SAME(offsetof(_PyCFrame, current_frame), P(CFRAME_CURRENT));
+SAME(offsetof(_PyInterpreterFrame, f_code), P(FRAME_CODE));
+SAME(offsetof(_PyInterpreterFrame, previous), P(FRAME_PREVIOUS));
+SAME(offsetof(_PyInterpreterFrame, prev_instr), P(FRAME_PREV_INSTR));
+SAME(offsetof(_PyInterpreterFrame, owner), P(FRAME_OWNER));
+SAME(FRAME_OWNED_BY_GENERATOR, P(OWNED_BY_GENERATOR));
+SAME(offsetof(PyObject, ob_type), P(OB_TYPE));
+SAME(offsetof(PyCodeObject, co_firstlineno), P(CODE_FIRSTLINENO));
+SAME(offsetof(PyCodeObject, co_filename), P(CODE_FILENAME));
+SAME(offsetof(PyCodeObject, co_qualname), P(CODE_QUALNAME));
+SAME(offsetof(PyCodeObject, co_linetable), P(CODE_LINETABLE));
+SAME(offsetof(PyCodeObject, _co_firsttraceable), P(CODE_FIRSTTRACEABLE));
+SAME(offsetof(PyCodeObject, co_code_adaptive), P(CODE_ADAPTIVE));
+SAME(offsetof(PyVarObject, ob_size), P(VAR_SIZE));
+SAME(offsetof(PyBytesObject, ob_sval), P(BYTES_DATA));
+SAME(offsetof(PyASCIIObject, length), P(STR_LENGTH));
+SAME(offsetof(PyASCIIObject, state), P(STR_STATE));
+SAME(sizeof(PyASCIIObject), P(ASCII_DATA));
+SAME(sizeof(PyCompactUnicodeObject), P(COMPACT_DATA));
 #elif MT_CHECK_MINOR == 13 || MT_CHECK_MINOR == 14
 #include "unwind/python_debug_offsets.h"
 #if MT_CHECK_MINOR == 14
