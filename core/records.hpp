@@ -87,6 +87,7 @@ struct StateCopy {
   // runs no Python) and how many captures found the frame chain unreadable (those stacks have no
   // Python frames).
   std::string python_support;
+  bool python_direct = false;  // frames read without the GIL: python_walks_failed means something
   uint64_t python_walks_failed = 0;
 };
 

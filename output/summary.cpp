@@ -208,9 +208,11 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
     put_line(out, "  history: {} event{} kept, {} dropped (ring holds {})", s.trace.size(), s.trace.size() == 1 ? "" : "s",
          s.dropped_entries, s.ring_capacity);
   if (s.unknown_frees) put_line(out, "  frees of pointers memtrace never saw allocated: {}", s.unknown_frees);
-  if (!s.python_support.empty())
+  if (!s.python_support.empty() && s.python_direct)
     put_line(out, "  python: {}; {} stack{} without Python frames (frame chain unreadable)", s.python_support,
              s.python_walks_failed, s.python_walks_failed == 1 ? "" : "s");
+  else if (!s.python_support.empty())
+    put_line(out, "  python: {}", s.python_support);
   if (s.ring_bytes || s.stack_table_bytes)
     put_line(out, "  memtrace's own memory: {} distinct stack{} ({}), history ring {} reserved", s.distinct_stacks,
              s.distinct_stacks == 1 ? "" : "s", human_bytes(s.stack_table_bytes), human_bytes(s.ring_bytes));

@@ -194,6 +194,7 @@ void dump_now(const char* reason) {
     state.owner_names = s->owners.names();
     if (unwind::python_present()) {
       state.python_support = std::string(unwind::python_support());
+      state.python_direct = unwind::python_reads_directly();
       state.python_walks_failed = unwind::python_walks_failed();
     }
     output::DumpRequest req;

@@ -120,6 +120,10 @@ void choose_direct_path(State& s, int major, int minor) {
   s.types.unicode = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyUnicode_Type"));
   s.types.bytes = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyBytes_Type"));
   const char* api = s.path == Path::Api ? "the C API while the GIL is held" : "nothing";
+  if (g_mode.load() == static_cast<int>(PythonReadMode::Off)) {
+    std::snprintf(s.support, sizeof s.support, "CPython %d.%d: MEMTRACE_PYTHON=off, no Python frames", major, minor);
+    return;
+  }
   if (!auto_mode) {
     std::snprintf(s.support, sizeof s.support, "CPython %d.%d: MEMTRACE_PYTHON=gil, frames from %s",
                   major, minor, api);

@@ -166,3 +166,22 @@ TEST_CASE("summary gives each owner's device bytes now and at its peak", "[summa
   CHECK(nccl < torch);  // largest peak first
   CHECK(text.find("unknown   ") == std::string::npos);  // owners that never held memory are left out
 }
+
+TEST_CASE("summary says how Python frames were read and counts the stacks whose walk failed", "[summary]") {
+  t::FakeFrameSource src;
+  StateCopy s;
+  CHECK(format_summary(s, src, SummaryInfo{}).find("python:") == std::string::npos);  // no Python
+  s.python_support = "CPython 3.13: frames read without the GIL (_Py_DebugOffsets)";
+  s.python_direct = true;
+  s.python_walks_failed = 3;
+  std::string text = format_summary(s, src, SummaryInfo{});
+  INFO(text);
+  CHECK(text.find("  python: CPython 3.13: frames read without the GIL (_Py_DebugOffsets); 3 stacks without "
+                  "Python frames (frame chain unreadable)\n") != std::string::npos);
+  s.python_support = "CPython 3.15: no layout known for this version; frames from the C API while the GIL is held";
+  s.python_direct = false;
+  text = format_summary(s, src, SummaryInfo{});
+  CHECK(text.find("  python: CPython 3.15: no layout known for this version; frames from the C API while the "
+                  "GIL is held\n") != std::string::npos);
+  CHECK(text.find("without Python frames") == std::string::npos);
+}
