@@ -3,6 +3,7 @@
 // identity of the pointer the real resolver returned, never by name or version, so ABI
 // variants (_v2, _ptsz, 4- vs 5-argument resolvers) can never be mixed up.
 #include <dlfcn.h>
+#include <link.h>
 
 #include "core/log.hpp"
 #include "preload/driver_decls.hpp"
@@ -56,11 +57,33 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol,
 
 namespace {
 
+// dlsym(RTLD_NEXT, name) as the caller at `caller` meant it: the first object after the caller's,
+// in load order, that defines `name`. Asked of glibc from here, RTLD_NEXT would be taken relative
+// to memtrace: an interposer loaded after memtrace would be handed back memtrace's own wrapper,
+// which forwards to that interposer, forever.
+void* next_after_caller(DlsymFn next, void* caller, const char* name) {
+  Dl_info info;
+  link_map* self = nullptr;
+  if (!caller || !dladdr1(caller, &info, reinterpret_cast<void**>(&self), RTLD_DL_LINKMAP) || !self)
+    return next(RTLD_NEXT, name);
+  for (link_map* l = self->l_next; l; l = l->l_next) {
+    if (!l->l_name || !l->l_name[0]) continue;
+    void* h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) continue;
+    void* p = next(h, name);  // searches l and its dependencies: keep it only if l defines it
+    dlclose(h);
+    Dl_info pi;
+    link_map* owner = nullptr;
+    if (p && dladdr1(p, &pi, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) && owner == l) return p;
+  }
+  return nullptr;
+}
+
 // The part of the dlsym hook for our own names; out of line so that the common path below
 // stays a pure forwarding tail call.
-__attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const char* name, int id) {
+__attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const char* name, int id, void* caller) {
   read_debug_flag_once();
-  void* r = next(handle, name);
+  void* r = handle == RTLD_NEXT ? next_after_caller(next, caller, name) : next(handle, name);
   if (!r) return r;
   Hook h = static_cast<Hook>(id);
   void* wrapper = hook_wrapper(h);
@@ -80,5 +103,5 @@ extern "C" MEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
   DlsymFn next = next_dlsym();
   int id = classify_wrapped_name(name);
   if (__builtin_expect(id < 0, 1)) return next(handle, name);
-  return dlsym_ours(next, handle, name, id);
+  return dlsym_ours(next, handle, name, id, __builtin_return_address(0));
 }

@@ -219,15 +219,16 @@ void self_anchor() {}
 
 std::string_view self_module() {
   // Found the way the module maps name objects, so it compares equal to module_of() and
-  // ModuleMap::path_of() of memtrace's own addresses.
-  static const std::string path = [] {
+  // ModuleMap::path_of() of memtrace's own addresses. Never destroyed: the exit dump reads it,
+  // and a static's destructor, registered after memtrace's atexit handler, would run first.
+  static const std::string* const path = new std::string([] {
     const uintptr_t self = reinterpret_cast<uintptr_t>(&self_anchor);
     for (const LoadedObject& o : loaded_objects())
       for (const auto& [s, e] : o.segments)
         if (self >= s && self < e) return o.path;
     return std::string();
-  }();
-  return path;
+  }());
+  return *path;
 }
 
 }  // namespace memtrace::unwind

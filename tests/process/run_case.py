@@ -1366,6 +1366,33 @@ def case_glue_chain(ctx):
 
 
 @case
+def case_glue_chain_cuda(ctx):
+    """A second interposer after memtrace that wraps the driver's cuMemAlloc_v2/cuMemFree_v2 and
+    calls on with dlsym(RTLD_NEXT): its lookup reaches the driver (not memtrace's wrapper, which
+    would forward back to it forever), every call goes through both once, and memtrace records
+    each allocation once."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("glue_chain_cuda")
+    chain = os.path.join(ctx.bindir, "libchaincuda.so")
+    if not os.path.isfile(chain):
+        raise Skip(f"{chain} not built")
+    alone = ctx.run([prog], preload=chain)
+    expect_ok(alone, "glue_chain_cuda with libchaincuda.so alone")
+    r = ctx.run([prog], preload=f"{ctx.preload} {chain}")
+    check(r.rc == 0 and "CHAIN_LOOP" not in r.stdout, f"the program did not survive the chain:\n{r.describe()}")
+    expect_ok(r, "glue_chain_cuda with libmemtrace.so then libchaincuda.so")
+    got = {v[0]: v[1] for v in r.out.values.get("CHAIN", [])}
+    check(got.get("next_alloc", "").startswith("libcuda"), f"libchaincuda's dlsym(RTLD_NEXT) found {got}")
+    check(got.get("allocs") == "2" and got.get("frees") == "1", f"libchaincuda saw {got}, expected 2 allocs, 1 free")
+    snap = r.snapshot()
+    try:
+        check_against_program(snap, r.out)
+    except Failure as f:
+        fail(f"{f}\n{r.describe()}")
+
+
+@case
 def case_glue_unknown_free(ctx):
     r, snap = basic_case(ctx, "glue_unknown_free", category="glue_unknown_free")
     a = r.out.frees("dev")[0][2]
