@@ -87,13 +87,22 @@ bool parse_size_bytes(const char* s, uint64_t* out) {
 }
 
 
+namespace {
+// Signals the kernel sends for a fault in the program itself (and abort()'s): taking them as a
+// dump request would swallow the fault and re-run the faulting instruction forever.
+bool is_fault_signal(long n) {
+  return n == SIGSEGV || n == SIGBUS || n == SIGFPE || n == SIGILL || n == SIGTRAP || n == SIGABRT || n == SIGSYS;
+}
+}  // namespace
+
 int parse_signal(const char* s) {
   if (!s) return -1;
   std::string_view v = trim(s);
   if (iequals(v, "none") || v == "0") return 0;
   long long n;
   std::string tmp(v);
-  if (parse_int(tmp.c_str(), 1, 64, &n)) return (n == SIGKILL || n == SIGSTOP) ? -1 : static_cast<int>(n);
+  if (parse_int(tmp.c_str(), 1, 64, &n))
+    return (n == SIGKILL || n == SIGSTOP) ? -1 : is_fault_signal(n) ? -2 : static_cast<int>(n);
   if (v.size() > 3 && iequals(v.substr(0, 3), "SIG")) v.remove_prefix(3);
   static constexpr struct {
     const char* name;
@@ -101,9 +110,16 @@ int parse_signal(const char* s) {
   } kNames[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
                 {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
                 {"TTOU", SIGTTOU}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"VTALRM", SIGVTALRM},
-                {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},   {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+                {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},   {"PWR", SIGPWR}};
+  static constexpr struct {
+    const char* name;
+    int number;
+  } kFaults[] = {{"SEGV", SIGSEGV}, {"BUS", SIGBUS},   {"FPE", SIGFPE}, {"ILL", SIGILL},
+                 {"TRAP", SIGTRAP}, {"ABRT", SIGABRT}, {"IOT", SIGABRT}, {"SYS", SIGSYS}};
   for (const auto& k : kNames)
     if (iequals(v, k.name)) return k.number;
+  for (const auto& k : kFaults)
+    if (iequals(v, k.name)) return -2;
   if (v.size() > 5 && iequals(v.substr(0, 5), "RTMIN")) {
     std::string off(v.substr(5));
     if (parse_int(off.c_str(), 0, SIGRTMAX - SIGRTMIN, &n)) return SIGRTMIN + static_cast<int>(n);
@@ -236,7 +252,11 @@ Config parse_config(GetEnvFn getenv_fn) {
   }
   if (const char* v = getenv_fn("MEMTRACE_SIGNAL")) {
     int sig = parse_signal(v);
-    if (sig < 0)
+    if (sig == -2)
+      log::warn("MEMTRACE_SIGNAL='{}' is a signal that reports a fault in the program (SEGV, BUS, FPE, ILL, "
+                "TRAP, ABRT, SYS) and cannot ask for a snapshot; using USR2",
+                v);
+    else if (sig < 0)
       log::warn("MEMTRACE_SIGNAL='{}' names no signal memtrace can catch (e.g. USR2, SIGUSR1, 40, none); "
                 "using USR2",
                 v);

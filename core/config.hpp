@@ -48,7 +48,8 @@ long process_rank(GetEnvFn getenv_fn);
 // Whether this process records, given MEMTRACE_RANKS: every rank when the list is empty, and a
 // process with no rank only then.
 bool rank_selected(const Config& c, long rank);
-// "USR2", "SIGUSR2", "12" → 12; "none" → 0; -1 when it names no catchable signal.
+// "USR2", "SIGUSR2", "12" → 12; "none" → 0; -1 when it names no catchable signal; -2 for a
+// signal that reports a fault in the program (SEGV, BUS, FPE, ILL, TRAP, ABRT, SYS), refused.
 int parse_signal(const char* s);
 
 Config parse_config(GetEnvFn getenv_fn);

@@ -28,6 +28,17 @@ double g_interval_s = 0;
 bool g_dump_on_oom = true;
 struct sigaction g_previous;
 int g_signal = 0;
+constexpr unsigned kDieAfterDump = 1u << 8;  // beside DumpReason's bits
+
+bool default_is_fatal(int sig) {
+  switch (sig) {
+    case SIGTERM: case SIGINT: case SIGHUP: case SIGALRM: case SIGQUIT: case SIGXCPU: case SIGXFSZ:
+    case SIGVTALRM: case SIGPROF: case SIGPWR: case SIGIO: case SIGPIPE:
+      return true;
+    default:
+      return false;  // USR1, USR2 and the real-time signals: a request for a snapshot, nothing more
+  }
+}
 
 void wait_for_work() {
   if (g_interval_s <= 0) {
@@ -54,6 +65,20 @@ void wait_for_work() {
   }
 }
 
+// The signal's default action is taken after its snapshot: a TERM from a scheduler still ends
+// the job, now with a record of what it held.
+void die_by_default(int sig) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+}
+
 void* dump_thread(void*) {
   t_state.in_hook = true;  // nothing this thread does is the program's memory traffic
   for (;;) {
@@ -64,6 +89,7 @@ void* dump_thread(void*) {
       dump_now("signal");
     else if (why & kDumpInterval)
       dump_now("interval");
+    if (why & kDieAfterDump) die_by_default(g_signal);
   }
   return nullptr;
 }
@@ -94,12 +120,16 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
   g_pending.fetch_or(kDumpSignal);
   if (g_sem_ready.load()) sem_post(&g_wake);
   errno = saved;
-  // The program's own handler, if it had one, still runs. Its default action is not taken:
-  // the signal was asked for as memtrace's dump request.
+  // The program's own handler, if it had one, still runs. Without one, a signal whose default
+  // action ends the process (TERM, INT, HUP, ALRM, QUIT, ...) ends it after the snapshot; the
+  // signals people send only to ask for a snapshot (USR1, USR2, real-time ones) are not fatal.
   if (g_previous.sa_flags & SA_SIGINFO) {
     if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, uctx);
   } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
     g_previous.sa_handler(sig);
+  } else if (g_previous.sa_handler == SIG_DFL && default_is_fatal(sig)) {
+    g_pending.fetch_or(kDieAfterDump);
+    if (g_sem_ready.load()) sem_post(&g_wake);
   }
 }
 

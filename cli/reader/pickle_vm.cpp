@@ -91,6 +91,25 @@ const char* op_name(uint8_t op) {
   }
 }
 
+}  // namespace
+
+bool may_start_pickle(uint8_t op) {
+  switch (op) {
+    case 0x80: case 0x95:                                // PROTO, FRAME
+    case '(': case '}': case ']': case ')': case 0x8f:   // MARK, EMPTY_DICT/LIST/TUPLE/SET
+    case 'N': case 0x88: case 0x89:                      // NONE, NEWTRUE, NEWFALSE
+    case 'F': case 'G': case 'I': case 'J': case 'K': case 'L': case 'M': case 0x8a: case 0x8b:
+    case 'S': case 'T': case 'U': case 'V': case 'X': case 0x8c: case 0x8d:  // strings
+    case 'B': case 'C': case 0x8e: case 0x96:            // bytes, BYTEARRAY8
+    case 'c':                                            // GLOBAL (_codecs.encode, builtins.bytes, ...)
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
 uint32_t le32(const uint8_t* p) { return p[0] | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24); }
 uint64_t le64(const uint8_t* p) { return le32(p) | (uint64_t{le32(p + 4)} << 32); }
 

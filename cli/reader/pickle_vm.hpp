@@ -78,6 +78,13 @@ struct Obj {
 
 class Vm;
 
+// Whether `op` can be the first byte of a pickle this VM accepts: the opcodes that run on an empty
+// stack with no MARK (PROTO, FRAME, MARK, the empty containers, every push of a scalar, GLOBAL for
+// the whitelisted callables). Anything else (0x00, STOP, APPEND, GET, a refused or unknown opcode)
+// makes Vm::run fail at byte 0, so a reader of a stream can stop after one byte; running the VM on
+// that byte alone gives the same message the whole input would.
+bool may_start_pickle(uint8_t op);
+
 // Asks for transparent huge pages on the 2 MiB-aligned part of [p, p + bytes) (fewer page faults
 // when a large fresh buffer is filled); a no-op where unsupported.
 void advise_huge_pages(const void* p, size_t bytes);

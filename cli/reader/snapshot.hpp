@@ -104,7 +104,7 @@ struct LoadError {
 
 // Reads and decodes a snapshot file. Never throws, never aborts: every bad input (truncated, not a
 // pickle, a pickle of something else, missing keys, hostile sizes or nesting) becomes a LoadError.
-// Memory use is bounded by a small multiple of the file size.
+// Memory use is bounded by a small multiple of the file size (of max_stream_bytes for a stream).
 //
 // Accepted: Python pickle protocols 0-5 of plain data (object-constructing opcodes are refused),
 // memtrace's writer, the TorchScript pickler. Integers are exact in [INT64_MIN, UINT64_MAX]; a
@@ -119,6 +119,32 @@ struct LoadResult {
   std::optional<LoadError> error;
 };
 LoadResult load_snapshot(const std::string& path);
+
+// Input that is not a regular file (a FIFO, a pipe such as /dev/stdin, a character device) cannot
+// be mapped and has no size, so it is read into memory, under these rules:
+//  - The first byte is read alone and must be able to start a pickle (pickle::may_start_pickle);
+//    otherwise reading stops there with the VM's message ("not a pickle: unknown opcode 0x00 at
+//    byte 0" for /dev/zero).
+//  - At most max_stream_bytes are buffered; one byte more is the error "not a regular file and
+//    longer than 4 GiB ...". The default, 4 GiB, is above the largest snapshots seen in practice (a
+//    few GB: PyTorch's default history of 100k entries is far less) and keeps a runaway stream from
+//    taking the machine's memory; a larger snapshot can be read from a regular file, which has no
+//    such bound (its size bounds it).
+//  - The path is opened with O_NONBLOCK, so opening a FIFO never waits for a writer. A FIFO with no
+//    writer is given fifo_writer_wait_ms (default 2 s) for one to open it: enough for
+//    `producer > fifo & memtrace summary fifo`, where the two opens race. After that, still no
+//    writer is the error "no data: FIFO has no writer". A writer that is present (at open time or
+//    within the wait) may be as slow as it likes: from then on reads block until data or EOF.
+struct LoadOptions {
+  static constexpr uint64_t kDefaultMaxStreamBytes = uint64_t{4} << 30;
+  static constexpr int kDefaultFifoWriterWaitMs = 2000;
+  uint64_t max_stream_bytes = kDefaultMaxStreamBytes;
+  int fifo_writer_wait_ms = kDefaultFifoWriterWaitMs;
+  // When set: receives how many bytes were read from a non-regular input (0 for a regular file,
+  // which is mapped, not read).
+  uint64_t* stream_bytes_read = nullptr;
+};
+LoadResult load_snapshot(const std::string& path, const LoadOptions& options);
 LoadResult load_snapshot_bytes(std::string_view bytes, const std::string& name_for_errors);
 
 }  // namespace memtrace::reader

@@ -144,6 +144,8 @@ TEST_CASE("signals by name, number or none") {
   CHECK(parse_signal("KILL") == -1);
   CHECK(parse_signal("9") == -1);  // SIGKILL cannot be caught
   CHECK(parse_signal("") == -1);
+  for (const char* fault : {"SEGV", "SIGSEGV", "11", "BUS", "FPE", "8", "ILL", "TRAP", "ABRT", "6", "SIGSYS"})
+    CHECK(parse_signal(fault) == -2);
 }
 
 TEST_CASE("interval, oom dumps and ranks") {

@@ -18,6 +18,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1172,6 +1173,41 @@ def case_dump_signal(ctx):
     # Another signal by name, with the SIG prefix: USR2 is then left alone, also ending the program.
     r = ctx.run([prog, "signal"], env={"MEMTRACE_SIGNAL": "SIGUSR1"})
     check(r.rc == -12 and not r.on_demand_snapshots(), f"MEMTRACE_SIGNAL=SIGUSR1 still dumped on USR2\n{r.describe()}")
+
+
+@case
+def case_signal_fault_refused(ctx):
+    """MEMTRACE_SIGNAL=SEGV (or BUS, FPE, ILL, TRAP, ABRT, SYS, by name or number) is refused with
+    one warning that names the variable: a program that faults dies of its fault at once, with
+    no snapshot per fault."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("signal_fatal")
+    for value in ("SEGV", "11", "SIGBUS", "ABRT"):
+        r = ctx.run([prog, "segv"], env={"MEMTRACE_SIGNAL": value})
+        check(r.rc == -signal.SIGSEGV, f"MEMTRACE_SIGNAL={value}: exit {r.rc}, expected death by SIGSEGV\n{r.describe()}")
+        warns = [w for w in r.warnings() if "MEMTRACE_SIGNAL" in w]
+        check(len(warns) == 1 and "fault" in warns[0], f"MEMTRACE_SIGNAL={value}: warnings {r.warnings()}")
+        check(len(r.on_demand_snapshots()) == 0, f"MEMTRACE_SIGNAL={value}: snapshots {r.snapshots()}")
+
+
+@case
+def case_signal_term_dumps_then_dies(ctx):
+    """MEMTRACE_SIGNAL=TERM on a program with no TERM handler of its own: a snapshot is written,
+    then the signal's default action is taken (the program dies by SIGTERM, as without memtrace)."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("signal_fatal")
+    plain = ctx.run([prog, "term"], preload=False)
+    check(plain.rc == -signal.SIGTERM, f"without memtrace the program exits {plain.rc}")
+    r = ctx.run([prog, "term"], env={"MEMTRACE_SIGNAL": "TERM"})
+    check(r.rc == -signal.SIGTERM and "SURVIVED" not in r.stdout,
+          f"under memtrace the program exits {r.rc}, expected death by SIGTERM\n{r.describe()}")
+    snaps = r.on_demand_snapshots()
+    check(len(snaps) == 1, f"expected one signal snapshot, found {r.snapshots()}\n{r.describe()}")
+    snap = Snapshot(snaps[0])
+    check(snap.data["allocator_settings"]["memtrace"]["reason"] == "signal", "the snapshot's reason is not 'signal'")
+    check(any(s["total_size"] == 3 << 20 for s in snap.segments), "the 3 MiB allocation is not in the snapshot")
 
 
 @case
