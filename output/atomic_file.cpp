@@ -24,6 +24,31 @@ void set_error(std::string* error, std::string_view what, const std::string& pat
   }
 }
 
+const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "directory";
+  if (S_ISCHR(m)) return "character device";
+  if (S_ISBLK(m)) return "block device";
+  if (S_ISFIFO(m)) return "FIFO";
+  if (S_ISSOCK(m)) return "socket";
+  return "special file";
+}
+
+// A snapshot replaces only a regular file (or a symbolic link, which rename replaces, never its
+// target). Replacing /dev/null, a FIFO or a device node with a regular file would break every
+// other program that uses it; as root nothing else would stop it.
+bool may_replace(const std::string& path, std::string* error) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return true;
+  if (error) {
+    try {
+      *error = fmt::format("'{}' is a {}, not a regular file: snapshots are written only as regular files",
+                           path, kind_of(st.st_mode));
+    } catch (...) {
+    }
+  }
+  return false;
+}
+
 bool is_directory(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -84,6 +109,7 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
       return false;
     }
     if (!make_directories(dir, error)) return false;
+    if (!may_replace(path, error)) return false;
 
     // A hidden temporary name beside the target, so that rename() stays within one file system.
     std::string stem = base.size() > 200 ? base.substr(0, 200) : base;
@@ -139,6 +165,11 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
       return false;
     }
     fd = -1;
+    // Looked at again: the name may have become something else while the file was written.
+    if (!may_replace(path, error)) {
+      ::unlink(tmp.c_str());
+      return false;
+    }
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       int err = errno;
       set_error(error, "replace", path, err);

@@ -108,6 +108,15 @@ bool may_start_pickle(uint8_t op) {
   }
 }
 
+std::string describe_opcode(uint8_t op) {
+  char buf[48];
+  if (const char* nm = op_name(op))
+    std::snprintf(buf, sizeof(buf), "%s (0x%02x)", nm, op);
+  else
+    std::snprintf(buf, sizeof(buf), "0x%02x", op);
+  return buf;
+}
+
 namespace {
 
 uint32_t le32(const uint8_t* p) { return p[0] | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24); }

@@ -82,8 +82,11 @@ class Vm;
 // stack with no MARK (PROTO, FRAME, MARK, the empty containers, every push of a scalar, GLOBAL for
 // the whitelisted callables). Anything else (0x00, STOP, APPEND, GET, a refused or unknown opcode)
 // makes Vm::run fail at byte 0, so a reader of a stream can stop after one byte; running the VM on
-// that byte alone gives the same message the whole input would.
+// that byte alone gives the same message the whole input would, except for the memo opcodes (GET,
+// PUT and their binary forms), which read their argument first and so report a truncation.
 bool may_start_pickle(uint8_t op);
+// "GET (0x67)", or "0x00" for a byte that is no opcode: as Vm::run's messages name opcodes.
+std::string describe_opcode(uint8_t op);
 
 // Asks for transparent huge pages on the 2 MiB-aligned part of [p, p + bytes) (fewer page faults
 // when a large fresh buffer is filled); a no-op where unsupported.

@@ -177,9 +177,15 @@ LoadResult load_stream(int fd, const std::string& path, bool is_fifo, const Load
   std::string err = read_first_byte(fd, is_fifo, options.fifo_writer_wait_ms, &first);
   if (!err.empty()) return fail(path, err);
   *bytes_read = 1;
-  // The VM on the one byte fails at byte 0 with the message the whole input would give.
-  if (!pickle::may_start_pickle(static_cast<uint8_t>(first)))
-    return load_snapshot_bytes(std::string_view(&first, 1), path);
+  // The VM on the one byte fails at byte 0 with the message the whole input would give ("not a
+  // pickle: unknown opcode 0x00 at byte 0"), except where the opcode wanted its argument first.
+  if (!pickle::may_start_pickle(static_cast<uint8_t>(first))) {
+    LoadResult r = load_snapshot_bytes(std::string_view(&first, 1), path);
+    if (!r.error || r.error->message.find(": truncated") != std::string::npos)
+      r = fail(path, "not a pickle: " + pickle::describe_opcode(static_cast<uint8_t>(first)) +
+                         " cannot start a pickle at byte 0");
+    return r;
+  }
   const uint64_t limit64 = std::max<uint64_t>(options.max_stream_bytes, 1);
   const size_t limit = static_cast<size_t>(std::min<uint64_t>(limit64, SIZE_MAX / 2));
   StreamBuffer buf;

@@ -4,6 +4,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,4 +186,38 @@ TEST_CASE("a file size limit is refused before writing", "[atomic]") {
   if (WIFEXITED(st)) CHECK(WEXITSTATUS(st) == 0);
   CHECK(t::read_file(target) == "old");
   CHECK(list_dir(dir.path()).size() == 1);
+}
+
+TEST_CASE("only regular files are replaced: a FIFO or a device node stays what it is", "[atomic]") {
+  t::TempDir dir;
+  std::string fifo = dir / "fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  std::string err;
+  CHECK_FALSE(write_file_atomically(fifo, "snapshot", &err));
+  INFO(err);
+  CHECK(err.find("is a FIFO, not a regular file") != std::string::npos);
+  struct stat st;
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(list_dir(dir.path()) == std::vector<std::string>{"fifo"});  // no temporary left
+
+  // A character device like /dev/null, made here (root only) rather than risking the real one.
+  std::string dev = dir / "null";
+  if (mknod(dev.c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0) {
+    CHECK_FALSE(write_file_atomically(dev, "snapshot", &err));
+    CHECK(err.find("character device") != std::string::npos);
+    REQUIRE(lstat(dev.c_str(), &st) == 0);
+    CHECK(S_ISCHR(st.st_mode));
+  }
+  // A regular file and a symbolic link (the link is replaced, never its target) still work.
+  std::string plain = dir / "snap.pickle";
+  REQUIRE(t::write_text(plain, "old"));
+  CHECK(write_file_atomically(plain, "new", &err));
+  CHECK(t::read_file(plain) == "new");
+  std::string link = dir / "link.pickle";
+  REQUIRE(symlink(fifo.c_str(), link.c_str()) == 0);
+  CHECK(write_file_atomically(link, "via link", &err));
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(t::read_file(link) == "via link");
 }

@@ -19,6 +19,7 @@ import pickle
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -863,6 +864,31 @@ def case_output_unwritable(ctx):
     r = ctx.run([prog], output=target)
     same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
     check(r.warnings(), f"no warning for MEMTRACE_OUTPUT={target}\n{r.describe()}")
+
+
+@case
+def case_output_not_regular(ctx):
+    """MEMTRACE_OUTPUT naming a FIFO (or, as root, a device node made for the test): the program
+    runs as without memtrace, one warning says the path is not a regular file, and the FIFO or
+    device is still there, untouched."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    fifo = os.path.join(ctx.tmp, "out.fifo")
+    os.mkfifo(fifo)
+    targets = [(fifo, stat.S_ISFIFO, "FIFO")]
+    dev = os.path.join(ctx.tmp, "null")
+    try:
+        os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        targets.append((dev, stat.S_ISCHR, "character device"))
+    except OSError:
+        pass  # not root: the FIFO alone
+    for path, still, kind in targets:
+        r = ctx.run([prog], output=path)
+        expect_ok(r, f"route_direct with MEMTRACE_OUTPUT={path}")
+        warns = [w for w in r.warnings() if "not a regular file" in w]
+        check(len(warns) == 1 and kind in warns[0], f"MEMTRACE_OUTPUT={path}: warnings {r.warnings()}")
+        check(still(os.lstat(path).st_mode), f"{path} is no longer a {kind}")
 
 
 @case
