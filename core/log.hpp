@@ -1,5 +1,6 @@
 // memtrace's voice on stderr. Formats into a stack buffer and writes with one write(2):
 // no allocation, no stdio locks, safe from any thread and after other libraries' teardown.
+// Writing never raises SIGPIPE in the program and never changes its errno.
 #pragma once
 #include <fmt/format.h>
 
@@ -8,6 +9,9 @@
 namespace memtrace::log {
 
 void write_line(const char* data, size_t n);
+// From now on, write to MEMTRACE_LOG's file (appended, created 0600) when log_path is set, else to
+// a duplicate of the current stderr, taken now. Called once as memtrace loads.
+void set_destination(const char* log_path);
 bool debug_enabled();
 void set_debug(bool on);
 

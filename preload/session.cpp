@@ -61,6 +61,10 @@ int find_self(dl_phdr_info* info, size_t, void* data) {
 
 void on_exit_dump() { dump_now("exit"); }
 
+// As the library loads, before the program runs: memtrace's lines go to the stderr the process
+// started with (or MEMTRACE_LOG), whatever the program later puts on fd 2.
+__attribute__((constructor)) void take_log_destination() { log::set_destination(secure_getenv("MEMTRACE_LOG")); }
+
 void fork_child() {
   // The child owns no device memory and cannot use the parent's context.
   if (!g_session) return;

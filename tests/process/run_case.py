@@ -892,6 +892,55 @@ def case_output_not_regular(ctx):
 
 
 @case
+def case_summary_pipe_gone(ctx):
+    """The program's stderr is a pipe whose reader has gone: the program exits 7 under memtrace
+    as without it (the exit summary's write must not raise SIGPIPE), and with MEMTRACE_LOG the
+    summary goes to that file instead."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("stderr_games")
+
+    def run_with_dead_pipe(env_extra):
+        env = ctx.base_env()
+        env.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload,
+                    "MEMTRACE_OUTPUT": os.path.join(ctx.tmp, "pipe-%p.pickle")})
+        env.update(env_extra)
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([prog, "pipe"], env=env, stdout=subprocess.PIPE, stderr=w, timeout=20, text=True)
+        finally:
+            os.close(w)
+        return p
+
+    plain = run_with_dead_pipe({"LD_PRELOAD": ""})
+    check(plain.returncode == 7, f"without memtrace the program exits {plain.returncode}")
+    p = run_with_dead_pipe({})
+    check(p.returncode == 7, f"under memtrace, stderr a broken pipe: exit {p.returncode}, expected 7 "
+                             f"(-13 is death by SIGPIPE)\n{p.stdout}")
+    log = os.path.join(ctx.tmp, "memtrace.log")
+    p = run_with_dead_pipe({"MEMTRACE_LOG": log})
+    check(p.returncode == 7, f"with MEMTRACE_LOG: exit {p.returncode}")
+    text = open(log).read() if os.path.exists(log) else ""
+    check("memtrace: summary" in text, f"MEMTRACE_LOG holds no summary: {text[:400]!r}")
+
+
+@case
+def case_summary_not_in_program_file(ctx):
+    """A program that puts its own data file on fd 2 (dup2) gets none of memtrace's lines in it:
+    they go to the stderr the process started with."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("stderr_games")
+    data = os.path.join(ctx.tmp, "program-data.txt")
+    r = ctx.run([prog, "redirect", data])
+    check(r.rc == 7, f"exit {r.rc}\n{r.describe()}")
+    content = open(data).read()
+    check(content == "program data\n", f"the program's file holds more than its data: {content[:600]!r}")
+    check("memtrace: summary" in r.stderr, f"the summary did not reach the original stderr\n{r.describe()}")
+
+
+@case
 def case_summary_off(ctx):
     ctx.need_preload()
     ctx.need_sim()
