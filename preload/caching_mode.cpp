@@ -71,7 +71,7 @@ void parse_conf_from(const char* text) {
 }
 const caching::AllocConf& conf() {
   // memtrace_malloc may be called in a process whose session is off: read the variable then.
-  std::call_once(g_conf_once, [] { parse_conf_from(std::getenv("MEMTRACE_ALLOC_CONF")); });
+  std::call_once(g_conf_once, [] { parse_conf_from(secure_getenv("MEMTRACE_ALLOC_CONF")); });
   return *g_conf;
 }
 

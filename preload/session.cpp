@@ -1,6 +1,7 @@
 #include "preload/session.hpp"
 
 #include <link.h>
+#include <sys/auxv.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -81,8 +82,13 @@ void fork_child() {
   dump_triggers_after_fork();
 }
 
-// False when MEMTRACE_RANKS leaves this process out: then nothing is recorded or written.
+// False when MEMTRACE_RANKS leaves this process out, or in a secure-execution process: then
+// nothing is recorded or written.
 bool initialise() {
+  // A setuid or file-capability program (memtrace put in /etc/ld.so.preload reaches those too)
+  // runs with the rights of its owner, and its environment is its caller's: a MEMTRACE_OUTPUT
+  // there would let any user overwrite files only the owner may. memtrace stays out of it.
+  if (getauxval(AT_SECURE)) return false;
   GetEnvFn env = [](const char* n) -> const char* { return getenv(n); };
   Config cfg = parse_config(env);
   log::set_debug(cfg.debug);
@@ -135,7 +141,7 @@ void read_debug_flag_once() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_acquire)) return;
   bool on = false;
-  if (const char* v = getenv("MEMTRACE_DEBUG"); v && parse_bool(v, &on) && on) log::set_debug(true);
+  if (const char* v = secure_getenv("MEMTRACE_DEBUG"); v && parse_bool(v, &on) && on) log::set_debug(true);
   done.store(true, std::memory_order_release);
 }
 

@@ -941,6 +941,50 @@ def case_summary_not_in_program_file(ctx):
 
 
 @case
+def case_secure_execution(ctx):
+    """memtrace in /etc/ld.so.preload reaches setuid programs: run one as an unprivileged user
+    with MEMTRACE_OUTPUT naming a root-only folder and MEMTRACE_LOG a root-only file. In that
+    secure-execution process memtrace reads no MEMTRACE_* variable and writes nothing; the program
+    runs as without memtrace. Done in a private mount namespace, where /etc is a tmpfs holding only
+    ld.so.preload (the machine's own /etc is never touched); needs root, unshare and setpriv."""
+    ctx.need_preload()
+    ctx.need_sim()
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
+        raise Skip("needs root, unshare and setpriv")
+    prog = os.path.join(ctx.tmp, "secure_alloc")
+    shutil.copy(ctx.program("secure_alloc"), prog)
+    os.chown(prog, 0, 0)
+    os.chmod(prog, 0o4755)
+    os.chmod(ctx.tmp, 0o755)
+    vault = os.path.join(ctx.tmp, "root-only")
+    os.mkdir(vault, 0o700)
+    etc = os.path.join(ctx.tmp, "etc")
+    os.mkdir(etc)
+    with open(os.path.join(etc, "ld.so.preload"), "w") as f:
+        f.write(ctx.preload + "\n")
+    if os.path.exists("/etc/ld.so.cache"):
+        shutil.copy("/etc/ld.so.cache", etc)
+    driver = os.path.join(ctx.sim, "libcuda.so.1")
+    # The variables are set by `env`, already running as the unprivileged user, so that only the
+    # setuid program itself sees them with root's rights (setpriv, started by root, does not).
+    out, log = os.path.join(vault, "written-by-nobody.pickle"), os.path.join(vault, "log-by-nobody.txt")
+    script = (f"mount --bind {etc} /etc && exec setpriv --reuid=65534 --regid=65534 --clear-groups "
+              f"env MEMTRACE_OUTPUT={out} MEMTRACE_LOG={log} MEMTRACE_DEBUG=1 {prog} {driver}")
+    env = ctx.base_env()
+    p = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30)
+    if p.returncode != 0 and ("unshare" in p.stderr or "mount" in p.stderr):
+        raise Skip(f"no private mount namespace here: {p.stderr.strip()[:200]}")
+    secure = [l.split() for l in p.stdout.splitlines() if l.startswith("SECURE")]
+    if not secure or secure[0][1] != "1":
+        raise Skip(f"the setuid bit did not take effect here (a nosuid file system?): {p.stdout!r}")
+    check(p.returncode == 0 and "RC 0 0 0 0" in p.stdout, f"the program failed: rc {p.returncode}\n{p.stdout}\n{p.stderr}")
+    check(os.listdir(vault) == [], f"a secure-execution process wrote where an unprivileged user chose: {os.listdir(vault)}")
+    check("memtrace: summary" not in p.stderr and "memtrace: debug" not in p.stderr,
+          f"memtrace recorded in a secure-execution process: {p.stderr[:400]}")
+
+
+@case
 def case_summary_off(ctx):
     ctx.need_preload()
     ctx.need_sim()
