@@ -79,9 +79,15 @@ class PickleWriter {
       long1(v);
     }
   }
-  // Unsigned values are written as Python ints; values above INT64_MAX (which would need a
-  // 9-byte LONG1 that older viewers refuse) are clamped to INT64_MAX.
-  void uinteger(uint64_t v) { integer(v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v)); }
+  // The largest integer a JavaScript number (PyTorch's viewer) holds exactly: 2^53 - 1.
+  static constexpr uint64_t kMaxExact = (uint64_t{1} << 53) - 1;
+  // Unsigned values are written as Python ints, capped at kMaxExact so that the viewer never
+  // rounds one; returns false when the value was capped (the caller then keeps the true value
+  // beside it, see SnapshotBuilder's `<key>_exact`).
+  bool uinteger(uint64_t v) {
+    integer(static_cast<int64_t>(v > kMaxExact ? kMaxExact : v));
+    return v <= kMaxExact;
+  }
   void float64(double d);
   // UTF-8 text. Invalid sequences are replaced by U+FFFD, one per maximal invalid subpart
   // (what Python's 'replace' handler and the browser's TextDecoder produce).

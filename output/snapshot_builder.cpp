@@ -48,6 +48,7 @@
 #include "output/snapshot_builder.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <unordered_map>
@@ -583,6 +584,18 @@ class Builder {
     w_.end_dict();
   }
 
+  // Writes v (the key already written); a value the viewer cannot hold exactly (a failed request
+  // for 1 << 62 or SIZE_MAX bytes) is written capped at 2^53 - 1, and its true value follows
+  // under exact_key as a decimal string, which memtrace's reader prefers (docs: snapshot format).
+  void exact_beside(std::string_view exact_key, uint64_t v) {
+    if (w_.uinteger(v)) return;
+    char digits[24];
+    int n = std::snprintf(digits, sizeof digits, "%llu", static_cast<unsigned long long>(v));
+    w_.item();
+    w_.str(exact_key);
+    w_.str(std::string_view(digits, static_cast<size_t>(n)));
+  }
+
   void entry(const TraceEntry& e, Action a) {
     w_.begin_dict();
     key(kAction);
@@ -592,7 +605,7 @@ class Builder {
       w_.uinteger(e.addr);
     }
     key(kSize);
-    w_.uinteger(e.size);
+    exact_beside("size_exact", e.size);
     key(kStream);
     w_.uinteger(e.stream);
     key(kTimeUs);
@@ -605,7 +618,7 @@ class Builder {
     category(category_of(e.stack_id));
     if (a == Action::Oom) {
       key(kDeviceFree);
-      w_.uinteger(e.device_free);
+      exact_beside("device_free_exact", e.device_free);
     }
     // Last, so that the first entry memoizes every key before any frame (small BINGET indices).
     if (o_.include_frames && e.stack_id != 0) {

@@ -112,7 +112,8 @@ class Decoder final : public pickle::DictHook {
                           "time_us", "frames", "category", "device_free", "filename", "name", "line", "device",
                           "address", "total_size", "segment_type", "is_expandable", "blocks", "state",
                           "requested_size", "history", "real_size", "memtrace", "pid", "rank", "host", "exe",
-                          "reason", "entries_dropped", "allocator_caching", "allocator"};
+                          "reason", "entries_dropped", "allocator_caching", "allocator", "size_exact",
+                          "device_free_exact"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); ++i) {
       key_[i] = vm_.intern(keys[i]);
       if (key_[i] < kFieldTable) field_of_[key_[i]] = static_cast<uint8_t>(i + 1);
@@ -135,7 +136,7 @@ class Decoder final : public pickle::DictHook {
     kSegments, kDeviceTraces, kAllocatorSettings, kAction, kAddr, kSize, kStream, kTimeUs, kFrames, kCategory,
     kDeviceFree, kFilename, kName, kLine, kDevice, kAddress, kTotalSize, kSegmentType, kIsExpandable, kBlocks,
     kState, kRequestedSize, kHistory, kRealSize, kMemtrace, kPid, kRank, kHost, kExe, kReason, kEntriesDropped,
-    kAllocatorCaching, kAllocator, kKeyCount
+    kAllocatorCaching, kAllocator, kSizeExact, kDeviceFreeExact, kKeyCount
   };
   Value key(Key k) const { return Value::make(Tag::kStr, key_[k]); }
   // Which known key a dict key is (kKeyCount when none): one table look-up per key.
@@ -238,6 +239,21 @@ class Decoder final : public pickle::DictHook {
 
 bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why) {
   bool have_action = false;
+  uint64_t size_exact = 0, free_exact = 0;
+  // A decimal string written by memtrace beside a value capped at 2^53 - 1; anything else is ignored.
+  auto exact = [&](Value v, uint64_t* out) {
+    if (!v.is_str()) return;
+    std::string_view t = vm_.str(static_cast<uint32_t>(v.payload()));
+    uint64_t n = 0;
+    if (t.empty() || t.size() > 20) return;
+    for (char c : t) {
+      if (c < '0' || c > '9') return;
+      uint64_t d = static_cast<uint64_t>(c - '0');
+      if (n > (UINT64_MAX - d) / 10) return;
+      n = n * 10 + d;
+    }
+    *out = n;
+  };
   for (size_t i = 0; i < n_pairs; ++i) {
     Value v = kv[2 * i + 1];
     switch (field(kv[2 * i])) {
@@ -277,10 +293,18 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
       case kFrames:
         if (!stack_of(v, &e->stack, why)) return false;
         break;
+      case kSizeExact:  // memtrace's true value of a size the viewer's numbers cannot hold
+        exact(v, &size_exact);
+        break;
+      case kDeviceFreeExact:
+        exact(v, &free_exact);
+        break;
       default:
         break;
     }
   }
+  if (size_exact) e->size = size_exact;
+  if (free_exact) e->device_free = free_exact;
   if (!have_action) {
     *why = "no 'action' key";
     return false;

@@ -747,6 +747,25 @@ def fault_family(ctx, name, specs, env=None, need=("libcuda.so.1",)):
 
 
 @case
+def case_huge_request(ctx):
+    """Requests of 1 << 62 and SIZE_MAX bytes fail as they do without memtrace; their oom entries
+    hold sizes PyTorch's viewer can read exactly (at most 2^53 - 1, so the checker, which refuses
+    larger integers, accepts the file) and keep the true values as decimal strings in
+    'size_exact', which memtrace's own reader uses."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("huge_request")
+    plain = ctx.run([prog], preload=False)
+    r, snap = traced_and_checked(ctx, [prog])
+    same_story(plain, r, "huge_request")
+    ooms = snap.actions("oom")
+    check(len(ooms) == 2, f"expected 2 oom entries, got {ooms}")
+    want = [str(1 << 62), str(2 ** 64 - 1)]
+    check([e.get("size_exact") for e in ooms] == want, f"oom entries: {ooms}")
+    check(all(e["size"] == 2 ** 53 - 1 for e in ooms), f"oom sizes: {[e['size'] for e in ooms]}")
+
+
+@case
 def case_fault_linear(ctx):
     fault_family(ctx, "fam_linear", ["cuMemAlloc_v2@2", "cuMemAlloc_v2", "cuMemAllocPitch_v2@1",
                                      "cuMemFree_v2=1@1", "cuMemFree_v2=700@2"])

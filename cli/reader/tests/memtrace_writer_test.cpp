@@ -211,3 +211,37 @@ TEST_CASE("a file read through the mapping (pages handed back as it goes) equals
   CHECK(total >= 200000);
   CHECK(a.strings == b.strings);
 }
+
+TEST_CASE("sizes beyond what the viewer's numbers hold: capped at 2^53 - 1 in the file, exact when memtrace reads it") {
+  using memtrace::Action;
+  memtrace::output::test::FakeFrameSource src;
+  src.set(1, {{"app.c", "ask", 3}}, "app");
+  memtrace::StateCopy st;
+  memtrace::TraceEntry huge = entry(Action::Oom, 0, UINT64_MAX, 1, 0, kT0 + 1);
+  huge.device_free = uint64_t{1} << 62;
+  memtrace::TraceEntry big = entry(Action::Oom, 0, uint64_t{1} << 62, 1, 0, kT0 + 2);
+  big.device_free = 1000;
+  st.trace = {huge, big};
+  st.device_count = 1;
+  st.time_us = kT0 + 3;
+  memtrace::output::PickleWriter w;
+  memtrace::output::BuildOptions o;
+  memtrace::output::build_snapshot(st, src, o, w);
+
+  // What the viewer sees: no integer beyond 2^53 anywhere in the file (LONG1/LONG4 carry more
+  // than 7 bytes only for such values; the builder must never need them).
+  const std::string bytes(w.bytes());
+  for (size_t i = 0; i + 1 < bytes.size(); ++i)
+    if (static_cast<unsigned char>(bytes[i]) == 0x8a) CHECK(static_cast<unsigned char>(bytes[i + 1]) <= 7);
+  CHECK(bytes.find("9223372036854775807") == std::string::npos);
+  CHECK(bytes.find("18446744073709551615") != std::string::npos);  // kept, as a decimal string
+
+  r::LoadResult res = r::load_snapshot_bytes(bytes, "huge.pickle");
+  REQUIRE_FALSE(res.error.has_value());
+  const auto& d0 = res.snapshot->device_traces.at(0);
+  REQUIRE(d0.size() >= 2);
+  CHECK(d0[0].size == UINT64_MAX);
+  CHECK(d0[0].device_free == (uint64_t{1} << 62));
+  CHECK(d0[1].size == (uint64_t{1} << 62));
+  CHECK(d0[1].device_free == 1000u);
+}
