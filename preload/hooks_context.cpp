@@ -46,6 +46,7 @@ constexpr uint32_t kResetKinds = kContextKinds | Recorder::kind_bit(MemKind::Asy
 
 void purge(Session* s, CUcontext ctx, uint32_t kinds) {
   if (!s || !ctx) return;
+  before_exit_teardown();
   s->recorder.purge_context(reinterpret_cast<uint64_t>(ctx), kinds);
   invalidate_context_cache();
 }

@@ -70,6 +70,7 @@ void record_oom(Session& s, uint64_t size, uint64_t stream, void* caller) {
 
 PendingFree::PendingFree(Session* s, uint64_t addr, uint64_t stream, void* caller) : s_(s) {
   if (!s_ || !addr) return;
+  before_exit_teardown();
   // By default a free carries its allocation's stack (PyTorch's context='alloc'): the owner and
   // colour stay those of the code that asked for the memory, and the free costs no unwind.
   uint32_t stack = s_->config.free_stacks ? capture_stack_id(*s_, caller) : 0;

@@ -1,5 +1,6 @@
 #include "preload/session.hpp"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <sys/auxv.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include "output/dump.hpp"
 #include "preload/caching_mode.hpp"
 #include "preload/dump_triggers.hpp"
+#include "unwind/owner.hpp"
 #include "unwind/python_frames.hpp"
 #include "unwind/readable_memory.hpp"
 #include "unwind/stack_capture.hpp"
@@ -60,7 +62,16 @@ int find_self(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-void on_exit_dump() { dump_now("exit"); }
+std::atomic<bool> g_exiting{false};
+
+// Registered at the first CUDA call: the program is exiting, but handlers it registered before
+// that call have yet to run, and they may free memory. The snapshot waits (before_exit_teardown).
+void on_exit_begins() { g_exiting.store(true, std::memory_order_release); }
+
+// Runs from _dl_fini, after every atexit handler and static destructor of the program.
+__attribute__((destructor)) void exit_dump_from_fini() {
+  if (g_state.load(std::memory_order_acquire) == kReady) dump_now("exit");
+}
 
 // As the library loads, before the program runs: memtrace's lines go to the stderr the process
 // started with (or MEMTRACE_LOG), whatever the program later puts on fd 2.
@@ -107,7 +118,7 @@ bool initialise() {
                                                                : unwind::PythonReadMode::Auto);
   g_session = s;
   pthread_atfork(nullptr, nullptr, &fork_child);
-  atexit(&on_exit_dump);
+  atexit(&on_exit_begins);
   start_dump_triggers(cfg);
   log::debug("recording: stacks={} depth={} max_entries={} output={}",
              cfg.stacks == StackMode::Native ? "native" : "none", cfg.stack_depth, cfg.max_entries,
@@ -173,6 +184,8 @@ uint32_t capture_stack_id(Session& s, void* caller) {
 
 namespace {
 bool g_exit_dump_done = false;  // under g_dump_mutex
+std::atomic<bool> g_exit_dump_taken{false};
+bool exit_dump_taken() { return g_exit_dump_taken.load(std::memory_order_acquire); }
 
 // Dumps other than the exit one must not overwrite each other or the exit snapshot: a
 // template without %n gets "-%n" before its extension.
@@ -197,6 +210,7 @@ void dump_now(const char* reason) {
   pthread_mutex_lock(&g_dump_mutex);
   if (!g_exit_dump_done) {
     g_exit_dump_done = at_exit;
+    if (at_exit) g_exit_dump_taken.store(true, std::memory_order_release);
     if (at_exit && caching_mode::any_allocator()) caching_mode::settle_pending_frees();
     StateCopy state = s->recorder.copy_state();
     state.distinct_stacks = s->stacks.size();
@@ -223,6 +237,25 @@ void dump_now(const char* reason) {
   }
   pthread_mutex_unlock(&g_dump_mutex);
   t_state.in_hook = was;
+}
+
+void before_exit_teardown() {
+  if (!g_exiting.load(std::memory_order_acquire) || exit_dump_taken()) return;
+  // Who is freeing: the innermost frame outside memtrace, the driver and the runtime. The C
+  // library's exit code or the loader calling the runtime's own teardown means the runtime is
+  // taking everything down: the snapshot goes first. Anything else is the program's own free.
+  uintptr_t pcs[32];
+  int n = unwind::capture(pcs, 32);
+  for (int i = 0; i < n; ++i) {
+    Dl_info info;
+    uintptr_t pc = pcs[i];
+    if (!dladdr(reinterpret_cast<void*>(pc > 0 ? pc - 1 : 0), &info) || !info.dli_fname) continue;
+    std::string_view path = info.dli_fname;
+    if (unwind::is_infrastructure(path)) continue;
+    std::string_view base = path.substr(path.rfind('/') == std::string_view::npos ? 0 : path.rfind('/') + 1);
+    if (base.starts_with("libc.so") || base.starts_with("ld-linux")) dump_now("exit");
+    return;
+  }
 }
 
 }  // namespace memtrace::preload

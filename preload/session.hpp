@@ -61,4 +61,11 @@ void read_debug_flag_once();
 // Writes a snapshot now (used at exit).
 void dump_now(const char* reason);
 
+// The exit snapshot is taken as late as it can be while still telling the program's story: after
+// the program's own exit-time frees (atexit handlers and static destructors registered before its
+// first CUDA call run after memtrace's atexit), from memtrace's destructor; or earlier, just
+// before the first free or context teardown that the CUDA runtime makes on its own during exit,
+// which would otherwise make everything look freed. Called by the free and teardown hooks.
+void before_exit_teardown();
+
 }  // namespace memtrace::preload

@@ -1414,6 +1414,27 @@ def case_rank_filter(ctx):
 # threads -------------------------------------------------------------------------------------
 
 @case
+def case_exit_frees(ctx):
+    """The exit snapshot comes after the program's own exit-time frees (an atexit handler
+    registered before the first CUDA call frees 48 MiB) and before the runtime's teardown
+    (cudaDeviceReset called by the C library's exit code): it shows exactly the 1 MiB leaked."""
+    ctx.need_preload()
+    ctx.need_sim("libcuda.so.1", "libcudart.so.13")
+    prog = ctx.program("exit_frees")
+    r = ctx.run([prog])
+    expect_ok(r, "exit_frees")
+    check(r.out.values.get("EXITFREE") == [["0"]], f"the exit-time free failed: {r.out.values.get('EXITFREE')}")
+    buffer = int(r.out.values["BUFFER"][0][0], 16)
+    leaked = int(r.out.values["LEAKED"][0][0], 16)
+    snap = r.snapshot()
+    live = {s["address"]: s["total_size"] for s in snap.segments}
+    check(buffer not in live, f"the 48 MiB freed by an exit handler is reported live: {live}")
+    check(live.get(leaked) == 1 << 20, f"the leaked 1 MiB is not live in the exit snapshot: {live}")
+    check(sum(live.values()) == 1 << 20, f"live at exit: {live}")
+    ctx.check_snapshot_tool(snap.path)
+
+
+@case
 def case_thread_stress(ctx):
     ctx.need_preload()
     ctx.need_sim()
