@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 
 #include "core/log.hpp"
 #include "preload/session.hpp"
@@ -148,7 +149,8 @@ void start_dump_triggers(const Config& c) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     if (sigaction(c.dump_signal, &sa, &g_previous) != 0) {
-      log::warn("cannot install a handler for signal {}; snapshots on signal are off", c.dump_signal);
+      log::warn("MEMTRACE_SIGNAL: cannot install a handler for signal {} ({}); snapshots on signal are off",
+                c.dump_signal, std::strerror(errno));
     } else {
       g_signal = c.dump_signal;
     }

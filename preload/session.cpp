@@ -105,7 +105,14 @@ bool initialise() {
   log::set_debug(cfg.debug);
   long rank = process_rank(env);
   if (!rank_selected(cfg, rank)) {
-    log::debug("rank {} is not in MEMTRACE_RANKS={}: not recording", rank, cfg.ranks);
+    // A process with no rank at all is most likely a launcher or a tool started beside the job:
+    // not recording it is right, but silence would look like memtrace failing.
+    if (rank < 0)
+      log::warn("MEMTRACE_RANKS={} is set but this process has no rank (none of RANK, OMPI_COMM_WORLD_RANK, "
+                "SLURM_PROCID, PMI_RANK): not recording it",
+                cfg.ranks);
+    else
+      log::debug("rank {} is not in MEMTRACE_RANKS={}: not recording", rank, cfg.ranks);
     return false;
   }
   Session* s = new (g_storage) Session();

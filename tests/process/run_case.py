@@ -1423,6 +1423,12 @@ def case_rank_filter(ctx):
     r = ctx.run([prog], env={"SLURM_PROCID": "2", "MEMTRACE_RANKS": "0, 2"})
     expect_ok(r)
     check_against_program(r.snapshot(), r.out)
+    # No rank at all: not recorded, and said once (silence would look like memtrace failing).
+    r = ctx.run([prog], env={"MEMTRACE_RANKS": "0"})
+    expect_ok(r)
+    warns = [w for w in r.warnings() if "MEMTRACE_RANKS" in w and "no rank" in w]
+    check(not r.snapshots() and len(warns) == 1 and len(r.memtrace_lines()) == 1,
+          f"a process with no rank under MEMTRACE_RANKS=0: {r.memtrace_lines()}\n{r.describe()}")
 
 
 # threads -------------------------------------------------------------------------------------
