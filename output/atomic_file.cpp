@@ -1,6 +1,8 @@
 #include "output/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -56,6 +58,51 @@ bool is_directory(const std::string& p) {
 
 std::atomic<unsigned> g_counter{0};
 
+constexpr char kTmpMark[] = ".tmp.";
+constexpr time_t kStaleAfterS = 60;  // no dump takes this long to write its file
+
+std::string this_host() {
+  char h[256] = {};
+  if (::gethostname(h, sizeof h - 1) != 0 || !h[0]) return "host";
+  for (char* c = h; *c; ++c)
+    if (*c == '/' || *c == '.') *c = '_';  // one path component, and the name's dots stay ours
+  return h;
+}
+
+// A temporary file another dump left behind (its process was killed while writing): named
+// ".<stem>.tmp.<host>.<pid>.<n>.<x>" by write_file_atomically. It is removed only when that is
+// provably safe: written on this host, by a process that no longer exists, not touched for a
+// minute, and owned by this user. Anything else, including names of other shapes, is left alone.
+void remove_stale_temporaries(const std::string& dir, const std::string& host) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  const uid_t me = ::geteuid();
+  const std::string host_part = kTmpMark + host + ".";
+  while (dirent* e = ::readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name.size() < 2 || name[0] != '.') continue;
+    size_t at = name.rfind(host_part);
+    if (at == std::string_view::npos || at == 0) continue;
+    std::string_view rest = name.substr(at + host_part.size());  // <pid>.<n>.<x>
+    size_t dot = rest.find('.');
+    if (dot == std::string_view::npos || dot == 0 || dot > 9) continue;
+    long pid = 0;
+    bool digits = true;
+    for (char c : rest.substr(0, dot)) {
+      if (c < '0' || c > '9') digits = false;
+      pid = pid * 10 + (c - '0');
+    }
+    if (!digits || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
+    struct stat st;
+    std::string full = dir + "/" + std::string(name);
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != me) continue;
+    if (::time(nullptr) - st.st_mtime < kStaleAfterS) continue;
+    ::unlink(full.c_str());
+  }
+  ::closedir(d);
+}
+
 }  // namespace
 
 bool make_directories(const std::string& dir, std::string* error) {
@@ -110,13 +157,19 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
     }
     if (!make_directories(dir, error)) return false;
     if (!may_replace(path, error)) return false;
+    const std::string host = this_host();
+    {
+      int saved = errno;
+      remove_stale_temporaries(dir, host);
+      errno = saved;
+    }
 
     // A hidden temporary name beside the target, so that rename() stays within one file system.
     std::string stem = base.size() > 200 ? base.substr(0, 200) : base;
     for (int attempt = 0; attempt < 64 && fd < 0; ++attempt) {
       struct timespec ts;
       ::clock_gettime(CLOCK_MONOTONIC, &ts);
-      tmp = fmt::format("{}/.{}.tmp.{}.{}.{:x}", dir, stem, ::getpid(),
+      tmp = fmt::format("{}/.{}{}{}.{}.{}.{:x}", dir, stem, kTmpMark, host, ::getpid(),
                         g_counter.fetch_add(1, std::memory_order_relaxed), static_cast<unsigned>(ts.tv_nsec));
       fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0 && errno != EEXIST) break;

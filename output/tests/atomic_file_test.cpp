@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -220,4 +222,43 @@ TEST_CASE("only regular files are replaced: a FIFO or a device node stays what i
   REQUIRE(lstat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));
   CHECK(t::read_file(link) == "via link");
+}
+
+TEST_CASE("temporaries left by killed writers on this host are removed once provably dead", "[atomic]") {
+  t::TempDir dir;
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  std::string h = host;
+  for (char& c : h)
+    if (c == '.' || c == '/') c = '_';
+  // A pid that is certainly gone: a child that has exited and been reaped.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  auto make_old = [&](const std::string& name, time_t age) {
+    REQUIRE(t::write_text(dir / name, std::string(4096, 'x')));
+    struct timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= age;
+    times[1] = times[0];
+    REQUIRE(utimensat(AT_FDCWD, (dir / name).c_str(), times, 0) == 0);
+  };
+  const std::string dead = ".snap.pickle.tmp." + h + "." + std::to_string(child) + ".3.beef";
+  const std::string fresh = ".other.pickle.tmp." + h + "." + std::to_string(child) + ".4.beef";
+  const std::string alive = ".snap.pickle.tmp." + h + ".1.0.beef";          // pid 1 lives
+  const std::string elsewhere = ".snap.pickle.tmp.otherhost." + std::to_string(child) + ".0.beef";
+  const std::string unrelated = ".notes.tmp";
+  make_old(dead, 600);
+  make_old(fresh, 5);  // the writer may be on another pid namespace and still writing
+  make_old(alive, 600);
+  make_old(elsewhere, 600);
+  make_old(unrelated, 600);
+  std::string err;
+  REQUIRE(write_file_atomically(dir / "snap.pickle", "new", &err));
+  auto names = list_dir(dir.path());
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> want = {fresh, unrelated, alive, elsewhere, "snap.pickle"};
+  std::sort(want.begin(), want.end());
+  CHECK(names == want);
 }
