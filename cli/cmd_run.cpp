@@ -1,5 +1,6 @@
 // memtrace run: set up the environment for libmemtrace.so and exec the program in place, so
 // that the program's pid, signals and exit status are its own.
+#include <elf.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -115,6 +116,47 @@ std::string prepend_entry(const std::string& first, const char* existing, bool s
   return out;
 }
 
+// The file execvp would run for `name` (a path, or the first executable match on PATH).
+std::string resolve_program(const char* name) {
+  if (std::strchr(name, '/')) return name;
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    size_t colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    std::string cand = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (::access(cand.c_str(), X_OK) == 0) return cand;
+    if (colon == std::string_view::npos) return {};
+    dirs.remove_prefix(colon + 1);
+  }
+}
+
+// True for an ELF executable with no program interpreter (a static executable): the loader that
+// honours LD_PRELOAD never runs for it, so memtrace cannot be put in front of it. Scripts and
+// anything unreadable are given the benefit of the doubt.
+bool statically_linked(const std::string& file) {
+  FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) return false;
+  Elf64_Ehdr eh;
+  bool is_static = false;
+  if (std::fread(&eh, sizeof eh, 1, f) == 1 && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 &&
+      eh.e_phnum < 4096) {
+    is_static = true;
+    for (int i = 0; i < eh.e_phnum && is_static; ++i) {
+      Elf64_Phdr ph;
+      if (std::fseek(f, static_cast<long>(eh.e_phoff + i * sizeof ph), SEEK_SET) != 0 ||
+          std::fread(&ph, sizeof ph, 1, f) != 1) {
+        is_static = false;  // unreadable: do not claim anything
+        break;
+      }
+      if (ph.p_type == PT_INTERP) is_static = false;
+    }
+  }
+  std::fclose(f);
+  return is_static;
+}
+
 bool set_env(const char* name, const std::string& value) {
   if (::setenv(name, value.c_str(), 1) == 0) return true;
   std::fprintf(stderr, "memtrace run: cannot set %s: %s\n", name, std::strerror(errno));
@@ -153,6 +195,11 @@ int cmd_run(int argc, char** argv) {
   if (o.no_summary && !set_env("MEMTRACE_SUMMARY", "0")) return kExitCannotRun;
   if (o.stacks && !set_env("MEMTRACE_STACKS", o.stacks)) return kExitCannotRun;
 
+  if (std::string file = resolve_program(argv[o.program_index]); !file.empty() && statically_linked(file))
+    std::fprintf(stderr,
+                 "memtrace run: %s is statically linked: no dynamic loader runs for it, so LD_PRELOAD cannot put "
+                 "memtrace in front of it; it runs unrecorded and no snapshot is written\n",
+                 file.c_str());
   std::fflush(nullptr);
   ::execvp(argv[o.program_index], argv + o.program_index);
   int err = errno;

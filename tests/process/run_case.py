@@ -1817,6 +1817,13 @@ def case_cli_exit_status(ctx):
     check(r.rc == 127 and "/nonexistent/program" in r.stderr, f"exec failure\n{r.describe()}")
     r = ctx.run([tool, "run", "sh", "-c", "echo $0 $1", "first", "second"], preload=False)
     check(r.rc == 0 and r.stdout.strip() == "first second", f"arguments without --\n{r.describe()}")
+    # A static executable: it runs as it would, and memtrace says why it records nothing.
+    static = ctx.program("static_hello")
+    r = ctx.run([tool, "run", "--", static], preload=False)
+    check(r.rc == 5 and "STATIC hello" in r.stdout, f"the static program did not run as itself\n{r.describe()}")
+    check("statically linked" in r.stderr and "no snapshot" in r.stderr, f"no word on the static program\n{r.describe()}")
+    r = ctx.run([tool, "run", "--", "sh", "-c", "exit 0"], preload=False)
+    check("statically linked" not in r.stderr, f"a dynamic program called static\n{r.describe()}")
 
 
 # examples ------------------------------------------------------------------------------------
