@@ -268,11 +268,23 @@ Config parse_config(GetEnvFn getenv_fn) {
     errno = 0;
     double d = std::strtod(v, &end);
     bool ok = errno == 0 && end != v && trim(end).empty() && d >= 0 && d <= 1e7 && !std::isnan(d);
-    if (ok && d > 0 && d < 0.01) d = 0.01;  // a dump per 10 ms is already more than useful
+    if (ok && d > 0 && d < 0.01) {
+      log::warn("MEMTRACE_INTERVAL='{}' is below 10 ms; using 0.01 (a dump every 10 ms is already more than useful)", v);
+      d = 0.01;
+    }
     if (ok)
       c.interval_s = d;
     else
       log::warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_INTERVAL_KEEP")) {
+    long long n;
+    std::string tmp(trim(v));
+    if (parse_int(tmp.c_str(), 0, 100000, &n))
+      c.interval_keep = static_cast<int>(n);
+    else
+      log::warn("MEMTRACE_INTERVAL_KEEP='{}' is not a whole number from 0 to 100000; keeping the last {}", v,
+                c.interval_keep);
   }
   if (const char* v = getenv_fn("MEMTRACE_DUMP_ON_OOM")) {
     if (!parse_bool(v, &c.dump_on_oom)) log::warn("MEMTRACE_DUMP_ON_OOM='{}' is not 0 or 1; using 1", v);

@@ -6,12 +6,14 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/log.hpp"
 #include "output/dump.hpp"
@@ -191,6 +193,19 @@ uint32_t capture_stack_id(Session& s, void* caller) {
 
 namespace {
 bool g_exit_dump_done = false;  // under g_dump_mutex
+
+// Interval snapshots of a long job would fill the disk: only the last MEMTRACE_INTERVAL_KEEP stay,
+// unless the template names each one itself (%n), which asks for them all. Under g_dump_mutex.
+void keep_last_interval_dumps(const Session& s, const std::string& path) {
+  static std::vector<std::string>* kept = new std::vector<std::string>();  // never destroyed: dumps at exit use it
+  const int keep = s.config.interval_keep;
+  if (keep <= 0 || s.config.output.find("%n") != std::string::npos) return;
+  kept->push_back(path);
+  while (static_cast<int>(kept->size()) > keep) {
+    ::unlink(kept->front().c_str());
+    kept->erase(kept->begin());
+  }
+}
 std::atomic<bool> g_exit_dump_taken{false};
 bool exit_dump_taken() { return g_exit_dump_taken.load(std::memory_order_acquire); }
 
@@ -241,6 +256,7 @@ void dump_now(const char* reason) {
     output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
     if (!at_exit && rep.written && s->config.summary)
       log::info("{} snapshot: {} ({} bytes, {:.2f} s)", reason, rep.path, rep.bytes, rep.seconds);
+    if (rep.written && std::string_view(reason) == "interval") keep_last_interval_dumps(*s, rep.path);
   }
   pthread_mutex_unlock(&g_dump_mutex);
   t_state.in_hook = was;

@@ -1372,6 +1372,15 @@ def case_dump_interval(ctx):
     check_on_demand(ctx, r, "interval", 2)
     names = sorted(r.on_demand_snapshots())
     check(len(set(names)) == len(names), "interval snapshots overwrote each other")
+    # A long run keeps only the last MEMTRACE_INTERVAL_KEEP; an interval under 10 ms is said.
+    r = ctx.run([prog, "interval"], env={"MEMTRACE_INTERVAL": "0.001", "MEMTRACE_INTERVAL_KEEP": "2"})
+    expect_ok(r)
+    warns = [w for w in r.warnings() if "MEMTRACE_INTERVAL" in w and "10 ms" in w]
+    check(len(warns) == 1, f"no single warning about the 10 ms clamp: {r.warnings()}")
+    written = [l for l in r.memtrace_lines() if "interval snapshot:" in l]
+    kept = r.on_demand_snapshots()
+    check(len(written) > 2 and len(kept) == 2, f"{len(written)} interval snapshots written, {len(kept)} kept "
+                                                f"(MEMTRACE_INTERVAL_KEEP=2)\n{r.describe()}")
 
 
 @case
