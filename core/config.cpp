@@ -277,6 +277,14 @@ Config parse_config(GetEnvFn getenv_fn) {
     else
       log::warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
   }
+  if (const char* v = getenv_fn("MEMTRACE_MAX_STACKS")) {
+    long long n;
+    std::string tmp(trim(v));
+    if (parse_int(tmp.c_str(), 64, 1LL << 20, &n))
+      c.max_stacks = static_cast<uint32_t>(n);
+    else
+      log::warn("MEMTRACE_MAX_STACKS='{}' is not a whole number from 64 to 1048576; using {}", v, c.max_stacks);
+  }
   if (const char* v = getenv_fn("MEMTRACE_INTERVAL_KEEP")) {
     long long n;
     std::string tmp(trim(v));

@@ -34,7 +34,8 @@ struct Config {
   bool debug = false;                         // MEMTRACE_DEBUG
   int dump_signal = 12;                       // MEMTRACE_SIGNAL (SIGUSR2; 0 = none)
   double interval_s = 0;                      // MEMTRACE_INTERVAL (0 = off)
-  int interval_keep = 10;                     // MEMTRACE_INTERVAL_KEEP: interval snapshots kept (0 = all)
+  int interval_keep = 10;
+  uint32_t max_stacks = 1u << 20;             // MEMTRACE_MAX_STACKS: distinct stacks kept                     // MEMTRACE_INTERVAL_KEEP: interval snapshots kept (0 = all)
   bool dump_on_oom = true;                    // MEMTRACE_DUMP_ON_OOM
   AllocatorMode allocator = AllocatorMode::Passthrough;  // MEMTRACE_ALLOCATOR: passthrough or caching
   std::string alloc_conf;                     // MEMTRACE_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF syntax; read

@@ -120,6 +120,7 @@ bool initialise() {
   Session* s = new (g_storage) Session();
   s->config = cfg;
   s->recorder.configure(cfg.max_entries, cfg.skip_actions);
+  s->stacks.limit_stacks(cfg.max_stacks);
   caching_mode::configure(cfg);
   dl_iterate_phdr(&find_self, reinterpret_cast<void*>(&find_self));
   unwind::set_python_read_mode(cfg.python == PythonMode::Off   ? unwind::PythonReadMode::Off
@@ -165,6 +166,29 @@ void read_debug_flag_once() {
   done.store(true, std::memory_order_release);
 }
 
+namespace {
+// The stack table is full (MEMTRACE_MAX_STACKS distinct stacks): later events are recorded with
+// a stack of one address, the first outside memtrace, the driver and the runtime, moved to the
+// start of its module so that one module is one stack. It names who asked, so owners stay right
+// in the summary and the snapshot; the frame itself reads as "<module>+0x0".
+uint32_t stack_table_full(Session& s, const uintptr_t* pcs, int n) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    log::warn("the stack table is full ({} distinct stacks, MEMTRACE_MAX_STACKS): later allocations are "
+              "recorded with their owner's module instead of a stack",
+              s.stacks.size());
+  for (int i = 0; i < n; ++i) {
+    if (unwind::is_python_frame(pcs[i])) continue;
+    Dl_info info;
+    if (!dladdr(reinterpret_cast<void*>(pcs[i] - 1), &info) || !info.dli_fname || !info.dli_fbase) continue;
+    if (unwind::is_infrastructure(info.dli_fname)) continue;
+    uintptr_t base = reinterpret_cast<uintptr_t>(info.dli_fbase) + 1;  // a "return address" inside it
+    return s.stacks.intern_reserved(&base, 1);
+  }
+  return 0;
+}
+}  // namespace
+
 uint32_t capture_stack_id(Session& s, void* caller) {
   uintptr_t pcs[256 + 8];
   int n = 0;
@@ -188,7 +212,8 @@ uint32_t capture_stack_id(Session& s, void* caller) {
   }
   int keep = n - skip;
   if (keep > s.config.stack_depth) keep = s.config.stack_depth;
-  return s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep));
+  if (uint32_t id = s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep)); id != 0 || keep <= 0) return id;
+  return stack_table_full(s, pcs + skip, keep);
 }
 
 namespace {

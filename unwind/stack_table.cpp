@@ -185,11 +185,12 @@ void place(S* s, uint64_t hash, uint32_t id, std::memory_order order) {
 }
 }  // namespace
 
-uint32_t StackTable::insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t n) {
+uint32_t StackTable::insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t n, bool into_reserve) {
   const uint32_t c = count_.load(std::memory_order_relaxed);
-  if (c >= max_stacks_) return 0;
+  if (c >= max_stacks_ - (into_reserve ? 0 : reserved())) return 0;
   const uint64_t used = frames_used_.load(std::memory_order_relaxed);
-  if (n > max_frames_ - used) return 0;
+  const uint64_t frame_room = max_frames_ - (into_reserve ? 0 : std::min<uint64_t>(kReserved, max_frames_ / 4));
+  if (used > frame_room || n > frame_room - used) return 0;
 
   // Keep the index at most half full; build a bigger one first if this insert would pass it.
   Slots* s = slots_.load(std::memory_order_relaxed);
@@ -229,7 +230,19 @@ uint32_t StackTable::insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t
   return id;
 }
 
-uint32_t StackTable::intern(const uintptr_t* pcs, uint32_t n) {
+uint32_t StackTable::reserved() const {
+  return std::min<uint32_t>(kReserved, max_stacks_ / 4);
+}
+
+void StackTable::limit_stacks(uint32_t max_stacks) {
+  max_stacks_ = std::clamp<uint32_t>(max_stacks, 4, max_stacks_);
+}
+
+uint32_t StackTable::intern(const uintptr_t* pcs, uint32_t n) { return intern_up_to(pcs, n, false); }
+
+uint32_t StackTable::intern_reserved(const uintptr_t* pcs, uint32_t n) { return intern_up_to(pcs, n, true); }
+
+uint32_t StackTable::intern_up_to(const uintptr_t* pcs, uint32_t n, bool into_reserve) {
   if (n == 0 || pcs == nullptr) return 0;
   const uint64_t hash = hash_stack(pcs, n);
   if (const Slots* s = slots_.load(std::memory_order_acquire)) {
@@ -240,7 +253,7 @@ uint32_t StackTable::intern(const uintptr_t* pcs, uint32_t n) {
   if (frames_ == nullptr || records_ == nullptr) return 0;
   lock();
   uint32_t id = find(slots_.load(std::memory_order_relaxed), hash, pcs, n);
-  if (id == 0) id = insert_locked(hash, pcs, n);
+  if (id == 0) id = insert_locked(hash, pcs, n, into_reserve);
   unlock();
   return id;
 }

@@ -20,6 +20,13 @@ class StackTable {
 
   // Id (> 0) of this address sequence; 0 when n == 0 or the table is full.
   uint32_t intern(const uintptr_t* pcs, uint32_t n);
+  // The same, allowed into the last kReserved ids that intern() leaves free: once the table is
+  // full, a stack that names only who asked (one address) still gets an id, so later events
+  // keep their owner.
+  uint32_t intern_reserved(const uintptr_t* pcs, uint32_t n);
+  // Lowers the number of stacks kept (MEMTRACE_MAX_STACKS); call before the first intern.
+  void limit_stacks(uint32_t max_stacks);
+  uint32_t reserved() const;
   // The addresses of a stack id (innermost first); empty span for 0 or unknown ids.
   std::span<const uintptr_t> get(uint32_t id) const;
   size_t size() const;          // distinct stacks
@@ -30,6 +37,7 @@ class StackTable {
   // (PROT_NONE, MAP_NORESERVE) committed in chunks as stacks arrive.
   static constexpr uint32_t kMaxStacks = 1u << 20;         // 1M distinct stacks
   static constexpr uint64_t kMaxFrames = uint64_t{64} << 20;  // 64M addresses in all
+  static constexpr uint32_t kReserved = 4096;  // ids (and addresses) only intern_reserved() may use
   size_t frame_count() const;  // addresses stored, all stacks together
 
  private:
@@ -38,8 +46,9 @@ class StackTable {
 
   void init();
   void release();
+  uint32_t intern_up_to(const uintptr_t* pcs, uint32_t n, bool into_reserve);
   uint32_t find(const Slots* s, uint64_t hash, const uintptr_t* pcs, uint32_t n) const;
-  uint32_t insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t n);
+  uint32_t insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t n, bool into_reserve);
   static bool commit(void* base, std::atomic<size_t>& committed, size_t need, size_t limit,
                      size_t chunk);
   void lock();

@@ -1116,6 +1116,23 @@ def case_stack_many(ctx):
 
 
 @case
+def case_stack_table_full(ctx):
+    """MEMTRACE_MAX_STACKS=64 and 320 distinct call sites: one warning says the table is full,
+    and the allocations after it still have their owner (the program), in the snapshot and in the
+    summary, with no 'unknown'."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("stack_many")
+    r, snap = traced_and_checked(ctx, [prog], env={"MEMTRACE_MAX_STACKS": "64"})
+    warns = [w for w in r.warnings() if "stack table is full" in w]
+    check(len(warns) == 1, f"expected one 'stack table is full' warning, got {r.warnings()}")
+    cats = [e.get("category") for e in snap.actions("alloc")]
+    check(len(cats) >= 320 and set(cats) == {"stack_many"}, f"owners after the table filled: {set(cats)}")
+    check("unknown" not in r.summary().split("device memory by owner")[-1].split("largest")[0],
+          f"the summary names an unknown owner:\n{r.summary()}")
+
+
+@case
 def case_python_frames(ctx):
     """A Python program allocating through ctypes, with the GIL released (CDLL) and held (PyDLL):
     each allocation's frames show the Python functions, file and lines that led to it, in place

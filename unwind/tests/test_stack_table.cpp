@@ -132,10 +132,11 @@ TEST_CASE("stack table: 8 threads agree on ids", "[stack_table]") {
   for (uint32_t k = 0; k < kShared; ++k) REQUIRE(same(t.get(shared_ids[0][k]), make_stack(k, 1 + k % 32)));
 }
 
-TEST_CASE("stack table: a full table returns 0 and still finds known stacks", "[stack_table]") {
+TEST_CASE("stack table: a full table returns 0 and still finds known stacks; the reserve is kept for owners", "[stack_table]") {
   SECTION("stack limit") {
-    StackTable t(10, 1000);
-    for (uint32_t i = 0; i < 10; ++i) {
+    StackTable t(12, 1000);
+    REQUIRE(t.reserved() == 3);  // a quarter of a small table, at most kReserved
+    for (uint32_t i = 0; i < 9; ++i) {
       auto s = make_stack(i, 3);
       REQUIRE(t.intern(s.data(), 3) == i + 1);
     }
@@ -143,17 +144,38 @@ TEST_CASE("stack table: a full table returns 0 and still finds known stacks", "[
     CHECK(t.intern(extra.data(), 3) == 0);
     auto known = make_stack(4, 3);
     CHECK(t.intern(known.data(), 3) == 5);
-    CHECK(t.size() == 10);
+    CHECK(t.size() == 9);
+    // The reserve: one-address stacks that name who asked, once the rest is full.
+    for (uint32_t i = 0; i < 3; ++i) {
+      auto one = make_stack(200 + i, 1);
+      CHECK(t.intern_reserved(one.data(), 1) == 10 + i);
+    }
+    auto more = make_stack(300, 1);
+    CHECK(t.intern_reserved(more.data(), 1) == 0);
+    auto again = make_stack(201, 1);
+    CHECK(t.intern_reserved(again.data(), 1) == 11);  // known ones are still found
   }
   SECTION("frame limit") {
-    StackTable t(100, 20);
-    auto big = make_stack(1, 15), medium = make_stack(2, 10), small = make_stack(3, 5);
-    CHECK(t.intern(big.data(), 15) == 1);
+    StackTable t(100, 20);  // 5 of the 20 addresses kept for the reserve
+    auto big = make_stack(1, 12), medium = make_stack(2, 10), small = make_stack(3, 3);
+    CHECK(t.intern(big.data(), 12) == 1);
     CHECK(t.intern(medium.data(), 10) == 0);
-    CHECK(t.intern(small.data(), 5) == 2);
-    CHECK(t.frame_count() == 20);
+    CHECK(t.intern(small.data(), 3) == 2);
+    CHECK(t.frame_count() == 15);
     auto one = make_stack(4, 1);
     CHECK(t.intern(one.data(), 1) == 0);
+    CHECK(t.intern_reserved(one.data(), 1) == 3);
+  }
+  SECTION("a lower limit set at start") {
+    StackTable t;
+    t.limit_stacks(64);
+    CHECK(t.reserved() == 16);
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < 100; ++i) {
+      auto s = make_stack(i, 4);
+      if (uint32_t id = t.intern(s.data(), 4)) last = id;
+    }
+    CHECK(last == 48);
   }
 }
 
