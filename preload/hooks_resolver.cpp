@@ -87,7 +87,15 @@ __attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const cha
   if (!r) return r;
   Hook h = static_cast<Hook>(id);
   void* wrapper = hook_wrapper(h);
-  if (r == wrapper) return r;  // an RTLD_DEFAULT lookup found our own export
+  if (r == wrapper) {
+    // A global lookup found our own export. It stands for the driver's function only if the
+    // driver has one: a program probing for a feature (dlsym(RTLD_DEFAULT, "cuIpcGetMemHandle"))
+    // must get the answer it would get without memtrace.
+    void* behind = next(RTLD_NEXT, name);  // relative to memtrace: what the lookup would reach next
+    if (!behind || behind == wrapper) return nullptr;
+    remember_real(h, behind);
+    return r;
+  }
   remember_real(h, r);
   if (real_pointer(h) != r) return r;  // a different object than the one we forward to
   log::debug("dlsym {} -> wrapper", name);

@@ -1634,6 +1634,24 @@ def case_glue_chain_cuda(ctx):
 
 
 @case
+def case_glue_probe(ctx):
+    """dlsym(RTLD_DEFAULT, name) as a feature probe sees what the driver has, not memtrace's
+    exports: a name the driver lacks stays missing, one it has is found (and is memtrace's
+    wrapper, so calls through it are recorded)."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("glue_probe")
+    plain = ctx.run([prog], preload=False)
+    expect_ok(plain)
+    r = ctx.run([prog])
+    expect_ok(r)
+    probes = lambda res: {v[0]: v[1] for v in res.out.values.get("PROBE", [])}  # noqa: E731
+    check(probes(plain) == {"cuIpcGetMemHandle": "absent", "cuMemAlloc_v2": "present"},
+          f"without memtrace: {probes(plain)}")
+    check(probes(r) == probes(plain), f"under memtrace the probes say {probes(r)}, without it {probes(plain)}")
+
+
+@case
 def case_glue_unknown_free(ctx):
     r, snap = basic_case(ctx, "glue_unknown_free", category="glue_unknown_free")
     a = r.out.frees("dev")[0][2]
