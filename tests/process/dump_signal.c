@@ -3,6 +3,7 @@
  * Every snapshot must be a consistent cut. argv[1]: "signal" or "interval". */
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "mt_case.h"
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
     kill(getpid(), SIGUSR2);
     sleep_ms(400);
   } else {
-    sleep_ms(700);
+    sleep_ms(argc > 2 ? atol(argv[2]) : 700);  /* "interval <ms>": run longer */
   }
   stop_flag = 1;
   for (int i = 0; i < 8; ++i) pthread_join(t[i], NULL);

@@ -431,6 +431,10 @@ class Context:
         e["MEMTRACE_MAX_ENTRIES"] = "1000000"
         if preload:
             e["LD_PRELOAD"] = self.preload if preload is True else preload
+            # Sanitizer builds (scripts/test-sanitizers.sh): the sanitizer's runtime must come first.
+            first = os.environ.get("MEMTRACE_TEST_PRELOAD_FIRST")
+            if first:
+                e["LD_PRELOAD"] = first + " " + e["LD_PRELOAD"]
             e["MEMTRACE_OUTPUT"] = output or os.path.join(outdir, "snapshot-%p.pickle")
         for k, v in (env or {}).items():
             if v is None:
@@ -1369,7 +1373,7 @@ def case_signal_term_dumps_then_dies(ctx):
     prog = ctx.program("signal_fatal")
     plain = ctx.run([prog, "term"], preload=False)
     check(plain.rc == -signal.SIGTERM, f"without memtrace the program exits {plain.rc}")
-    r = ctx.run([prog, "term"], env={"MEMTRACE_SIGNAL": "TERM"})
+    r = ctx.run([prog, "term"], env={"MEMTRACE_SIGNAL": "TERM"}, timeout=90)
     check(r.rc == -signal.SIGTERM and "SURVIVED" not in r.stdout,
           f"under memtrace the program exits {r.rc}, expected death by SIGTERM\n{r.describe()}")
     snaps = r.on_demand_snapshots()
@@ -1390,7 +1394,8 @@ def case_dump_interval(ctx):
     names = sorted(r.on_demand_snapshots())
     check(len(set(names)) == len(names), "interval snapshots overwrote each other")
     # A long run keeps only the last MEMTRACE_INTERVAL_KEEP; an interval under 10 ms is said.
-    r = ctx.run([prog, "interval"], env={"MEMTRACE_INTERVAL": "0.001", "MEMTRACE_INTERVAL_KEEP": "2"})
+    r = ctx.run([prog, "interval", "2500"], env={"MEMTRACE_INTERVAL": "0.001", "MEMTRACE_INTERVAL_KEEP": "2"},
+                timeout=60)
     expect_ok(r)
     warns = [w for w in r.warnings() if "MEMTRACE_INTERVAL" in w and "10 ms" in w]
     check(len(warns) == 1, f"no single warning about the 10 ms clamp: {r.warnings()}")
