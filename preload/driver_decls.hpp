@@ -10,6 +10,9 @@
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 
 #define MEMTRACE_EXPORT __attribute__((visibility("default")))
+// For the few functions that can run before anything in the process is initialised, a sanitizer's
+// runtime included (it calls dlsym while it sets itself up): they must not be instrumented.
+#define MEMTRACE_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 
 // Per-thread-default-stream twins: cuda.h declares them only under
 // CUDA_API_PER_THREAD_DEFAULT_STREAM, but the driver exports both and callers look up both.

@@ -37,20 +37,34 @@ constexpr int kFirstNccl = static_cast<int>(Hook::ncclMemAlloc);
 
 std::atomic<void*> g_real[kHookCount];
 
-// Names with wrappers, sorted, for binary search in the dlsym hook.
-struct SortedNames {
-  int index[kHookCount];
-  int count = 0;
-  SortedNames() {
-    for (int i = 0; i < kHookCount; ++i)
-      if (kWrappers[i]) index[count++] = i;
-    std::sort(index, index + count, [](int a, int b) { return std::strcmp(kNames[a], kNames[b]) < 0; });
-  }
+constexpr bool kHasWrapper[kHookCount] = {
+#define MEMTRACE_YES(n) true,
+#define MEMTRACE_NO(n) false,
+    MEMTRACE_DRIVER_WRAPPED(MEMTRACE_YES) MEMTRACE_DRIVER_INTERNAL(MEMTRACE_NO) MEMTRACE_NCCL_WRAPPED(MEMTRACE_YES)
+#undef MEMTRACE_YES
+#undef MEMTRACE_NO
 };
-const SortedNames& sorted_names() {
-  static const SortedNames s;  // constant data only: no lock needed beyond the guard
+
+MEMTRACE_NO_SANITIZE constexpr int compare_names(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return static_cast<unsigned char>(*a) - static_cast<unsigned char>(*b);
+}
+
+// Names with wrappers, sorted, for binary search in the dlsym hook. Built by the compiler: the
+// hook can run before anything in the process is initialised (a sanitizer's runtime looks its
+// own functions up with dlsym before constructors run), so it must read only constant data.
+struct SortedNames {
+  int index[kHookCount] = {};
+  int count = 0;
+};
+constexpr SortedNames make_sorted_names() {
+  SortedNames s;
+  for (int i = 0; i < kHookCount; ++i)
+    if (kHasWrapper[i]) s.index[s.count++] = i;
+  std::sort(s.index, s.index + s.count, [](int a, int b) { return compare_names(kNames[a], kNames[b]) < 0; });
   return s;
 }
+constexpr SortedNames kSortedNames = make_sorted_names();
 
 bool is_own_address(void* p) {
   for (void* w : kWrappers)
@@ -72,13 +86,13 @@ const char* hook_name(Hook h) { return kNames[static_cast<int>(h)]; }
 void* hook_wrapper(Hook h) { return kWrappers[static_cast<int>(h)]; }
 bool is_nccl_hook(Hook h) { return static_cast<int>(h) >= kFirstNccl; }
 
-int classify_wrapped_name(const char* name) {
+MEMTRACE_NO_SANITIZE int classify_wrapped_name(const char* name) {
   if (!name || (name[0] != 'c' && name[0] != 'n')) return -1;
-  const SortedNames& s = sorted_names();
+  const SortedNames& s = kSortedNames;
   int lo = 0, hi = s.count - 1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
-    int c = std::strcmp(name, kNames[s.index[mid]]);
+    int c = compare_names(name, kNames[s.index[mid]]);
     if (c == 0) return s.index[mid];
     if (c < 0)
       hi = mid - 1;

@@ -107,7 +107,7 @@ __attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const cha
 // dlsym: names that are not ours go on unchanged as a tail call, so glibc still sees the
 // original caller's return address (RTLD_NEXT is relative to the caller). A test
 // disassembles this function to keep it that way.
-extern "C" MEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
+extern "C" MEMTRACE_EXPORT MEMTRACE_NO_SANITIZE void* dlsym(void* handle, const char* name) {
   DlsymFn next = next_dlsym();
   int id = classify_wrapped_name(name);
   if (__builtin_expect(id < 0, 1)) return next(handle, name);

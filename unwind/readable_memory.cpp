@@ -213,7 +213,7 @@ bool safe_readable_slow(uintptr_t addr, size_t len) {
 
 bool safe_read_slow(uintptr_t addr, void* out, size_t len) {
   if (safe_readable_slow(addr, len)) {
-    std::memcpy(out, reinterpret_cast<const void*>(addr), len);
+    copy_unchecked(out, addr, len);
     return true;
   }
   if (addr == 0 || len == 0 || g_vm_readv.load(std::memory_order_relaxed) == 0) return false;

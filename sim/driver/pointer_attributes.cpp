@@ -107,6 +107,17 @@ CUresult query_attribute(CUpointer_attribute attr, void* data, uint64_t ptr, con
 
 using namespace sim;
 
+// The simulated device is host memory private to this process: no other process can map it, so
+// sharing is refused the way a driver refuses what the device cannot do. Arguments are checked
+// first, as the real driver checks them.
+SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  SIM_ENTER();
+  if (pHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::optional<Allocation> a = registry_find(dptr);
+  if (!a) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   SIM_ENTER();
   std::optional<Allocation> a = registry_find(ptr);

@@ -99,6 +99,7 @@ const std::vector<Entry>& table() {
       SIM_ENTRY(cuMemGetAddressRange, 2000, cuMemGetAddressRange),
       SIM_ENTRY(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
       SIM_ENTRY(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
+      SIM_ENTRY(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),
       SIM_ENTRY(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
       // pinned host
       SIM_ENTRY(cuMemAllocHost, 2000, cuMemAllocHost),

@@ -178,9 +178,31 @@ inline void* libc_dlsym(void* handle, const char* name) {
   return real(handle, name);
 }
 
+// Before the program's constructors run, dlsym may be called by a sanitizer's runtime setting
+// itself up, when no instrumented code can run yet: those lookups go straight to libc, untouched.
+inline bool g_ready = false;
+__attribute__((constructor)) inline void mark_ready() { g_ready = true; }
+
+using DlsymFn = void* (*)(void*, const char*);
+__attribute__((no_sanitize("address", "undefined", "thread"))) inline DlsymFn early_libc_dlsym() {
+  void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (!f) f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  return reinterpret_cast<DlsymFn>(f);
+}
+
+inline void* spy_dlsym(void* handle, const char* name);
+
 }  // namespace getproc_spy
 
-extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) {
+extern "C" __attribute__((visibility("default"))) __attribute__((no_sanitize("address", "undefined", "thread")))
+void* dlsym(void* handle, const char* name) {
+  // A tail call, so that libc sees the original caller (RTLD_NEXT is relative to it).
+  if (!getproc_spy::g_ready) return getproc_spy::early_libc_dlsym()(handle, name);
+  return getproc_spy::spy_dlsym(handle, name);
+}
+
+namespace getproc_spy {
+inline void* spy_dlsym(void* handle, const char* name) {
   void* r = getproc_spy::libc_dlsym(handle, name);
   if (!r) return r;
   getproc_spy::State& s = getproc_spy::state();
@@ -192,3 +214,4 @@ extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, cons
   }
   return r;
 }
+}  // namespace getproc_spy
