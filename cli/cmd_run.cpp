@@ -99,21 +99,38 @@ int parse(int argc, char** argv, RunOptions* o) {
   return -1;
 }
 
+// A sanitizer's runtime (AddressSanitizer, ThreadSanitizer, ...) must be the first library
+// loaded, or it refuses to start: it stays ahead of memtrace.
+bool is_sanitizer_runtime(std::string_view entry) {
+  std::string_view base = entry.substr(entry.rfind('/') == std::string_view::npos ? 0 : entry.rfind('/') + 1);
+  for (std::string_view p : {"libasan", "libtsan", "libubsan", "libhwasan", "libclang_rt.asan", "libclang_rt.tsan"})
+    if (base.starts_with(p)) return true;
+  return false;
+}
+
 // `first` followed by the entries of `existing` (separated by ':' or ' ', as ld.so reads
-// LD_PRELOAD), leaving out empty entries and other copies of `first`.
+// LD_PRELOAD), leaving out empty entries and other copies of `first`; a sanitizer runtime that
+// led `existing` keeps the lead.
 std::string prepend_entry(const std::string& first, const char* existing, bool spaces_separate) {
-  std::string out = first;
+  std::string lead, out = first;
   if (!existing) return out;
   std::string_view rest = existing;
+  bool at_start = true;
   while (!rest.empty()) {
     size_t cut = spaces_separate ? rest.find_first_of(": ") : rest.find(':');
     std::string_view item = rest.substr(0, cut);
     rest = cut == std::string_view::npos ? std::string_view() : rest.substr(cut + 1);
     if (item.empty() || item == first) continue;
+    if (at_start && spaces_separate && is_sanitizer_runtime(item)) {
+      lead = std::string(item) + ":";
+      at_start = false;
+      continue;
+    }
+    at_start = false;
     out += ':';
     out += item;
   }
-  return out;
+  return lead + out;
 }
 
 // The file execvp would run for `name` (a path, or the first executable match on PATH).

@@ -1850,6 +1850,10 @@ def case_cli_run_env(ctx):
     got = env_of(["run", "--output=/tmp/y.pickle", "--stacks=native"], env={"LD_PRELOAD": f"{lib} {chain}"})
     check(got["LD_PRELOAD"] == f"{lib}:{chain}", f"LD_PRELOAD={got['LD_PRELOAD']} (duplicate not removed?)")
     check(got["MEMTRACE_OUTPUT"] == "/tmp/y.pickle" and got["MEMTRACE_STACKS"] == "native", f"{got}")
+    # A sanitizer runtime must stay the first library loaded; memtrace goes right after it.
+    asan = "/nonexistent/sanitizer/libasan.so.8"  # a name is enough: ld.so skips a missing file
+    got = env_of(["run", "--"], env={"LD_PRELOAD": f"{asan} {chain}"})
+    check(got["LD_PRELOAD"] == f"{asan}:{lib}:{chain}", f"LD_PRELOAD={got['LD_PRELOAD']}, expected the sanitizer first")
     # A prefix without the library: an error, not a run without memtrace.
     os.unlink(lib)
     r = ctx.run([tool, "run", "--"] + py, preload=False)
