@@ -1592,17 +1592,23 @@ def case_glue_dlsym(ctx):
           f"legacy cuMemAlloc must stay the driver's: {r.out.syms['h:cuMemAlloc']}")
 
 
+def run_behind_chain(ctx, program, chain_lib):
+    """Runs a test program with a second preload library alone, then behind libmemtrace.so; the
+    run alone must succeed. Returns both results."""
+    prog = ctx.program(program)
+    chain = os.path.join(ctx.bindir, chain_lib)
+    if not os.path.isfile(chain):
+        raise Skip(f"{chain} not built")
+    alone = ctx.run([prog], preload=chain)
+    expect_ok(alone, f"{program} with {chain_lib} alone")
+    return alone, ctx.run([prog], preload=f"{ctx.preload} {chain}")
+
+
 @case
 def case_glue_chain(ctx):
     ctx.need_preload()
     ctx.need_sim()
-    prog = ctx.program("glue_chain")
-    chain = os.path.join(ctx.bindir, "libchain.so")
-    if not os.path.isfile(chain):
-        raise Skip(f"{chain} not built")
-    alone = ctx.run([prog], preload=chain)
-    expect_ok(alone, "glue_chain with libchain.so alone")
-    r = ctx.run([prog], preload=f"{ctx.preload} {chain}")
+    alone, r = run_behind_chain(ctx, "glue_chain", "libchain.so")
     expect_ok(r, "glue_chain with libmemtrace.so then libchain.so")
     chain_lines = lambda res: {v[0]: v[1] for v in res.out.values.get("CHAIN", [])}  # noqa: E731
     got = chain_lines(r)
@@ -1621,13 +1627,7 @@ def case_glue_chain_cuda(ctx):
     each allocation once."""
     ctx.need_preload()
     ctx.need_sim()
-    prog = ctx.program("glue_chain_cuda")
-    chain = os.path.join(ctx.bindir, "libchaincuda.so")
-    if not os.path.isfile(chain):
-        raise Skip(f"{chain} not built")
-    alone = ctx.run([prog], preload=chain)
-    expect_ok(alone, "glue_chain_cuda with libchaincuda.so alone")
-    r = ctx.run([prog], preload=f"{ctx.preload} {chain}")
+    alone, r = run_behind_chain(ctx, "glue_chain_cuda", "libchaincuda.so")
     check(r.rc == 0 and "CHAIN_LOOP" not in r.stdout, f"the program did not survive the chain:\n{r.describe()}")
     expect_ok(r, "glue_chain_cuda with libmemtrace.so then libchaincuda.so")
     got = {v[0]: v[1] for v in r.out.values.get("CHAIN", [])}
