@@ -1,5 +1,6 @@
-"""A reimplementation of PyTorch's CUDA caching-allocator policy, written from
-/work/shared/docs/snapshot-format.md section 5 and independent of memtrace's C++ allocator, so that the
+"""A reimplementation of PyTorch's CUDA caching-allocator policy, written from the policy as PyTorch
+documents and implements it (core/caching/README.md states it in the project's words) and independent
+of memtrace's C++ allocator, so that the
 two can check each other: this one runs a workload (malloc/free operations) and writes the snapshot
 PyTorch's _dump_snapshot would have written; `memtrace replay` must make the same segment decisions.
 
