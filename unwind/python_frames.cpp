@@ -512,11 +512,6 @@ int splice_python_frames(uintptr_t* pcs, int n, int max_out) {
 
 bool python_present() { return state() != nullptr; }
 
-bool in_python_interpreter(uintptr_t pc) {
-  if (g_found.load(std::memory_order_acquire) != 2) return false;
-  return in_interp(*g_state, pc);
-}
-
 bool describe_python_frame(uintptr_t tagged, PythonFrameInfo* out) {
   if (!is_python_frame(tagged) || g_found.load(std::memory_order_acquire) != 2) return false;
   uint32_t id = static_cast<uint32_t>((tagged & ~kPythonFrameTag) >> 32);

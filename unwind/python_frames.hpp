@@ -49,9 +49,6 @@ bool python_present();
 // when the stack does not pass through the interpreter or its Python frames cannot be read.
 int splice_python_frames(uintptr_t* pcs, int n, int max_out);
 
-// Whether a return address lies in the interpreter's own code: native frames from there on
-// are the interpreter running the Python frames, which replace them.
-bool in_python_interpreter(uintptr_t pc);
 
 // Names a tagged frame. False for an address that is not a Python frame of this process.
 bool describe_python_frame(uintptr_t tagged, PythonFrameInfo* out);
