@@ -132,7 +132,10 @@ class Builder {
 
   void run() {
     partition();
+    for (auto& list : per_dev_) trim_to_bound(list, 0);
+    trim_to_bound(host_entries_, 0);
     plan_marker();
+    if (marker_dev_ >= 0) trim_to_bound(per_dev_[marker_dev_], 1);
 
     w_.begin();
     w_.begin_dict();
@@ -438,6 +441,40 @@ class Builder {
     st_.orphan_blocks += orphans_.size();
   }
 
+  // What entry_list() will write for idx[i]: the entry, plus the half it completes.
+  bool completes_free(const std::vector<uint32_t>& idx, size_t i) const {
+    const auto& t = s_.trace;
+    const TraceEntry& e = t[idx[i]];
+    if (e.action == Action::FreeCompleted)
+      return !(i > 0 && t[idx[i - 1]].action == Action::FreeRequested && t[idx[i - 1]].addr == e.addr);
+    if (e.action == Action::FreeRequested)
+      return !(i + 1 < idx.size() && t[idx[i + 1]].action == Action::FreeCompleted && t[idx[i + 1]].addr == e.addr);
+    return false;
+  }
+
+  // No list may exceed the ring's capacity once completed halves and the marker (`reserve`) are
+  // counted: users size MEMTRACE_MAX_ENTRIES to what their viewer can hold, and PyTorch's own
+  // trace_alloc_max_entries is a bound per device. The oldest entries go first; a free pair goes
+  // whole, so that trimming never creates a half to complete. 0 (a state built without a ring)
+  // means no bound.
+  void trim_to_bound(std::vector<uint32_t>& idx, size_t reserve) {
+    uint64_t cap = s_.ring_capacity;
+    if (cap == 0) return;
+    size_t written = reserve;
+    for (size_t i = 0; i < idx.size(); ++i) written += completes_free(idx, i) ? 2 : 1;
+    if (written <= cap) return;
+    const auto& t = s_.trace;
+    size_t drop = 0;
+    while (drop < idx.size() && written > cap) {
+      bool pair = !completes_free(idx, drop) && t[idx[drop]].action == Action::FreeRequested;
+      size_t n = pair ? 2 : 1;
+      written -= completes_free(idx, drop) ? 2 : n;
+      drop += n;
+    }
+    idx.erase(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(drop));
+    st_.trimmed_entries += drop;
+  }
+
   void plan_marker() {
     bool any = false, unknown = false;
     int last = -1;
@@ -727,7 +764,7 @@ class Builder {
     w_.key("trace_alloc_max_entries");
     w_.uinteger(s_.ring_capacity);
     w_.key("trace_alloc_overflowed");
-    w_.boolean(s_.dropped_entries > 0);
+    w_.boolean(s_.dropped_entries > 0 || st_.trimmed_entries > 0);
 
     uint64_t vmm_dev = 0, vmm_host = 0;
     for (const HandleRecord& h : s_.handles) (h.host ? vmm_host : vmm_dev) += h.size;
@@ -782,6 +819,8 @@ class Builder {
     w_.uinteger(s_.dropped_entries);
     w_.key("frees_completed_by_writer");
     w_.uinteger(st_.repaired_frees);
+    w_.key("entries_trimmed_by_writer");
+    w_.uinteger(st_.trimmed_entries);
     w_.key("unknown_frees");
     w_.uinteger(s_.unknown_frees);
     w_.key("stale_replaced");

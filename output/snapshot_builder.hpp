@@ -70,6 +70,7 @@ struct BuildStats {
   size_t frame_lists = 0;      // distinct frame lists written (shared by memo after that)
   size_t frame_dicts = 0;      // distinct frame dicts written
   size_t repaired_frees = 0;   // half free pairs completed (see snapshot_builder.cpp)
+  size_t trimmed_entries = 0;  // oldest kept entries left out to hold the per-list bound
   size_t orphan_blocks = 0;    // caching blocks inside no caching segment (written as segments)
   bool unknown_marker = false;  // the 'snapshot' entry with category 'unknown' was added
 };

@@ -469,6 +469,15 @@ class Checker:
             settings = {}
         if not isinstance(snap.get('external_annotations', []), list):
             self.bad('external_annotations is not a list')
+        # PyTorch's trace_alloc_max_entries bounds each device's list; memtrace writes it as its
+        # ring's capacity, and no list (completed free halves and the marker included) may exceed it.
+        cap = settings.get('trace_alloc_max_entries')
+        if isinstance(cap, int) and cap > 0:
+            for d, t in enumerate(traces):
+                if len(t) > cap:
+                    self.bad(f'device_traces[{d}] has {len(t)} entries, over trace_alloc_max_entries {cap}')
+            if len(snap.get('host_traces', [])) > cap:
+                self.bad(f'host_traces has {len(snap["host_traces"])} entries, over trace_alloc_max_entries {cap}')
 
         # sharing
         for fk, ids in share['frame_ids'].items():

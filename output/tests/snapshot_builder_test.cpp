@@ -438,6 +438,37 @@ TEST_CASE("random histories cut by the ring stay consistent", "[builder]") {
   CHECK(rc == 0);
 }
 
+TEST_CASE("no list exceeds the ring's capacity, completed halves and the marker included", "[builder]") {
+  t::TempDir dir;
+  auto src = make_source();
+  History h;
+  for (int i = 0; i < 60; ++i) {
+    h.alloc(0x7f0000000000 + 0x1000 * static_cast<uint64_t>(i % 4), 4096, 4000, 0, 1);
+    h.free(0x7f0000000000 + 0x1000 * static_cast<uint64_t>(i % 4));
+  }
+  // Five entries per cycle: keeping 102 starts the ring on a lone free_completed (the writer adds
+  // its free_requested), and no entry is 'unknown' (the writer adds the marker): 104 unbounded.
+  StateCopy s = h.state(102);
+  REQUIRE(s.trace.size() == 102);
+  REQUIRE(s.trace.front().action == Action::FreeCompleted);
+  BuildStats st;
+  std::string file = build_to_file(s, src, dir, "bounded.pickle", &st);
+  CHECK(st.unknown_marker);
+  CHECK(st.trimmed_entries == 1);  // the lone half goes, and no more than needed
+  CHECK(st.device_entries == 102);
+  std::string out;
+  CHECK(check_then(dir, file, "", R"PY(
+import pickle
+snap = pickle.load(open(path, 'rb'))
+t = snap['device_traces'][0]
+assert len(t) == 102, len(t)
+assert t[0]['action'] == 'segment_free', t[0]['action']
+assert snap['allocator_settings']['trace_alloc_overflowed'] is True
+assert snap['allocator_settings']['memtrace']['entries_trimmed_by_writer'] == 1
+)PY", &out) == 0);
+  INFO(out);
+}
+
 TEST_CASE("long traces are batched and a 2500-entry list loads", "[builder]") {
   t::TempDir dir;
   auto src = make_source();
