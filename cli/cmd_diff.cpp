@@ -32,7 +32,8 @@ const CommandSpec kSpec{
     "  --device N    only device N (default: all devices together)\n"
     "  --at end      compare what is live at the end of each file (default)\n"
     "  --at peak     compare what was live at each device's peak\n"
-    "  --top N       stack rows shown (text default 20; 0 = all)\n",
+    "  --top N       stack rows shown (text default 20; 0 = all)\n"
+    "  --lenient     read a file that breaks the format's invariants (each named on stderr)\n",
     2, 2, true, false, false, true};
 
 struct Side {
@@ -82,9 +83,9 @@ int cmd_diff(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto a = load_for_command(cl->args[0], kSpec);
+  auto a = load_for_command(cl->args[0], kSpec, cl->lenient);
   if (!a) return kExitBadInput;
-  auto b = load_for_command(cl->args[1], kSpec);
+  auto b = load_for_command(cl->args[1], kSpec, cl->lenient);
   if (!b) return kExitBadInput;
 
   std::set<int> dev_set;

@@ -27,7 +27,8 @@ const CommandSpec kSpec{
     "  --at peak   the allocations live at each device's peak\n"
     "  --device N  only device N (default: all devices together)\n"
     "  -o OUT      write there (default: stdout)\n"
-    "  --json      with -o: report what was written as JSON on stdout\n",
+    "  --json      with -o: report what was written as JSON on stdout\n"
+    "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1, true, true, false, false};
 
 }  // namespace
@@ -40,7 +41,7 @@ int cmd_flamegraph(int argc, char** argv) {
     std::fprintf(stderr, "memtrace flamegraph: --json needs -o OUT (the folded stacks go there)\n\n%s", kSpec.help);
     return kExitUsage;
   }
-  auto snap = load_for_command(cl->args[0], kSpec);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
   if (!snap) return kExitBadInput;
   std::vector<LiveAlloc> allocs;
   for (int d : devices_to_report(*snap, cl->device)) {

@@ -29,7 +29,8 @@ const CommandSpec kSpec{
     "\n"
     "  -o OUT      the merged snapshot (required)\n"
     "  --json      report what was merged as one JSON document on stdout\n"
-    "  --device N  merge only device N\n",
+    "  --device N  merge only device N\n"
+    "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     2, 2, false, true, true, false};
 
 }  // namespace
@@ -38,9 +39,9 @@ int cmd_merge(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto pt = load_for_command(cl->args[0], kSpec);
+  auto pt = load_for_command(cl->args[0], kSpec, cl->lenient);
   if (!pt) return kExitBadInput;
-  auto mt = load_for_command(cl->args[1], kSpec);
+  auto mt = load_for_command(cl->args[1], kSpec, cl->lenient);
   if (!mt) return kExitBadInput;
   if (pt->producer == reader::Producer::kMemtrace)
     std::fprintf(stderr, "memtrace merge: warning: %s was written by memtrace, not PyTorch\n", cl->args[0].c_str());

@@ -27,7 +27,8 @@ const CommandSpec kSpec{
     "\n"
     "  --json      one JSON document on stdout (every group unless --top is given)\n"
     "  --device N  only device N\n"
-    "  --top N     groups shown (text default 20; 0 = all)\n",
+    "  --top N     groups shown (text default 20; 0 = all)\n"
+    "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1, false, false, false, true};
 
 }  // namespace
@@ -36,7 +37,7 @@ int cmd_peak(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto snap = load_for_command(cl->args[0], kSpec);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
   if (!snap) return kExitBadInput;
   const reader::Snapshot& s = *snap;
   const std::string& path = cl->args[0];

@@ -35,7 +35,8 @@ const CommandSpec kSpec{
     "status is 2.\n"
     "\n"
     "  --json      one JSON document on stdout\n"
-    "  --device N  only device N of each snapshot\n",
+    "  --device N  only device N of each snapshot\n"
+    "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1};
 
 struct Row {
@@ -85,7 +86,7 @@ int cmd_ranks(int argc, char** argv) {
   std::vector<Row> rows;
   bool failed = false;
   for (const std::string& name : files) {
-    auto snap = load_for_command((fs::path(dir) / name).string(), kSpec);
+    auto snap = load_for_command((fs::path(dir) / name).string(), kSpec, cl->lenient);
     if (!snap) {
       failed = true;
       continue;

@@ -29,7 +29,8 @@ const CommandSpec kSpec{
     "'in blocks' adds the allocator's rounding.\n"
     "\n"
     "  --json      one JSON document on stdout\n"
-    "  --device N  only device N\n",
+    "  --device N  only device N\n"
+    "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1};
 
 constexpr size_t kTopStacks = 10;
@@ -133,7 +134,7 @@ int cmd_summary(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto snap = load_for_command(cl->args[0], kSpec);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
   if (!snap) return kExitBadInput;
   std::vector<int> devices = devices_to_report(*snap, cl->device);
   if (cl->json) print_json(cl->args[0], *snap, devices);

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "cli/reader/consistency.hpp"
+
 namespace memtrace::analysis {
 
 namespace {
@@ -46,6 +48,8 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const Comma
       return cl;
     } else if (a == "--json") {
       cl.json = true;
+    } else if (a == "--lenient") {
+      cl.lenient = true;
     } else if (is("--device")) {
       long long d = 0;
       const char* v = value("--device");
@@ -79,13 +83,28 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const Comma
   return cl;
 }
 
-std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec) {
+std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec, bool lenient) {
   reader::LoadResult r = reader::load_snapshot(path);
   if (!r.snapshot) {
     std::fprintf(stderr, "memtrace %s: %s\n", spec.name,
                  r.error ? r.error->message.c_str() : (path + ": cannot be read").c_str());
     return std::nullopt;
   }
+  // Strict by default: a figure computed from an impossible file would be read as a fact.
+  constexpr size_t kShown = 20;
+  size_t total = 0;
+  std::vector<reader::Inconsistency> found = reader::find_inconsistencies(*r.snapshot, lenient ? kShown : 1, &total);
+  if (!found.empty() && !lenient) {
+    std::fprintf(stderr, "memtrace %s: %s: inconsistent snapshot: %s%s (--lenient reads it anyway)\n", spec.name,
+                 path.c_str(), found[0].what.c_str(),
+                 total > 1 ? (" (and " + std::to_string(total - 1) + " more)").c_str() : "");
+    return std::nullopt;
+  }
+  for (const reader::Inconsistency& i : found)
+    std::fprintf(stderr, "memtrace %s: warning: %s: %s\n", spec.name, path.c_str(), i.what.c_str());
+  if (total > found.size())
+    std::fprintf(stderr, "memtrace %s: warning: %s: %zu more inconsistencies not shown\n", spec.name, path.c_str(),
+                 total - found.size());
   return std::move(*r.snapshot);
 }
 

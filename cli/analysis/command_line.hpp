@@ -1,4 +1,4 @@
-// The options every analysis command shares (--json, --device N, --help, --at, -o, --top) and the
+// The options every analysis command shares (--json, --device N, --help, --lenient, --at, -o, --top) and the
 // two ways such a command fails before it starts: bad usage and a file that does not load (both
 // exit status 2, one line on stderr).
 #pragma once
@@ -28,6 +28,7 @@ struct CommandSpec {
 struct CommandLine {
   bool help = false;
   bool json = false;
+  bool lenient = false;  // --lenient: read an inconsistent file, naming each inconsistency on stderr
   std::optional<int> device;
   Moment at = Moment::kEnd;
   std::string output;
@@ -39,8 +40,10 @@ struct CommandLine {
 // help to stderr; sets help (after printing it to stdout) for -h/--help.
 std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec);
 
-// Loads a snapshot or prints "memtrace NAME: <the reader's error line>" to stderr.
-std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec);
+// Loads a snapshot or prints "memtrace NAME: <the reader's error line>" to stderr. A file that
+// loads but is inconsistent (reader/consistency.hpp) is refused the same way, naming the first
+// inconsistency, unless `lenient`: then each is a warning on stderr and the file is used.
+std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec, bool lenient);
 
 // The devices a command reports: --device N alone, else every device with a segment or an entry
 // (device 0 when the file has none).

@@ -2,12 +2,14 @@
 // never a crash, a hang, an exception or unbounded memory. Built by build_and_run.sh with
 // -fsanitize=fuzzer,address,undefined; replay_main.cpp drives the same function over the corpus
 // as the ctest reader_corpus.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
+#include "cli/reader/consistency.hpp"
 #include "cli/reader/snapshot.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -39,5 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!stack_ok(b.stack)) std::abort();
   }
   if (s.device_count() < static_cast<int>(s.device_traces.size())) std::abort();
+  // The commands' consistency check runs on every decoded file: bounded, and its count agrees.
+  size_t total = 0;
+  auto found = memtrace::reader::find_inconsistencies(s, 3, &total);
+  if (found.size() > 3 || found.size() != std::min<size_t>(total, 3)) std::abort();
+  for (const auto& i : found)
+    if (i.what.empty() || i.what.find('\n') != std::string::npos) std::abort();
   return 0;
 }

@@ -9,6 +9,7 @@ loaded with Python's pickle and checked by output/tests/check_snapshot.py (snaps
 committing). Exit 0: all pass; 1: a difference; 77: bin/memtrace is not built.
 """
 import argparse
+import copy
 import difflib
 import os
 import pickle
@@ -71,6 +72,9 @@ CASES = {
     'error_merge_without_output': (['merge', 'torch_step.pickle', 'mt_leak.pickle'], STEP),
     'error_bad_at': (['flamegraph', '--at', 'middle', 'mt_leak.pickle'], {}),
     'error_ranks_empty_dir': (['ranks', 'empty'], {}),
+    'error_inconsistent': (['summary', 'inconsistent.pickle'], {}),
+    'error_negative_size': (['peak', 'negative.pickle'], {}),
+    'lenient_inconsistent': (['summary', '--lenient', 'inconsistent.pickle'], {}),
     'help_summary': (['summary', '--help'], {}),
 }
 # Files whose content a case also shows (after the command ran).
@@ -95,6 +99,18 @@ def prepare(work, links):
     with open(os.path.join(work, 'truncated.pickle'), 'wb') as f:
         f.write(data[:len(data) // 2])
     os.mkdir(os.path.join(work, 'empty'))
+    # Files that load but that no allocator can produce: a block larger than its segment and a
+    # segment written twice; a negative segment size.
+    snap = pickle.loads(data)
+    segs = snap['segments']
+    segs[0]['blocks'][0]['size'] = segs[0]['total_size'] * 2
+    segs.append(copy.deepcopy(segs[1]))
+    with open(os.path.join(work, 'inconsistent.pickle'), 'wb') as f:
+        pickle.dump(snap, f, protocol=4)
+    snap = pickle.loads(data)
+    snap['segments'][0]['total_size'] = -4096
+    with open(os.path.join(work, 'negative.pickle'), 'wb') as f:
+        pickle.dump(snap, f, protocol=4)
 
 
 def run_case(name, memtrace, checker):
