@@ -6,16 +6,39 @@
 // What is replayed, from one device's trace: `alloc` (size = requested bytes) and one free per
 // block (its `free_completed`, when that follows the `free_requested`, since that is when PyTorch
 // puts the block back in the pool), and `oom` entries as a request that failed in the recording
-// (attempted again; freed at once if it succeeds here, since the program never got it). Where the
-// history was cut (a ring that wrapped, memtrace's entries_dropped), the blocks alive before the
-// first kept entry are pre-allocated, in address order, when they can be inferred: a free of an
-// address the trace never allocated, a block alive in `segments` with no alloc in the trace.
+// (attempted again; freed at once if it succeeds here, since the program never got it), and the
+// program's torch.cuda.empty_cache() calls (below). Where the history was cut (a ring that wrapped,
+// memtrace's entries_dropped), the blocks alive before the first kept entry are pre-allocated, in
+// address order, when they can be inferred: a free of an address the trace never allocated, a block
+// alive in `segments` with no alloc in the trace.
 //
 // Under the recorded settings the replay should make the recorded segment decisions again. Best fit
 // breaks ties by address, so the offline device hands out the recorded segment addresses for as long
 // as the allocator asks for the recorded segment sizes, in order; after the first difference (or
 // under other settings) it places segments at the lowest free 2 MiB-aligned address from
 // 0x7f0000000000, as a fresh device does.
+//
+// Recorded releases. PyTorch writes one segment_free (segment_unmap for expandable pages) per
+// segment it gives back, in two situations: inside an allocation (the out-of-memory retry's release
+// of cached blocks, max_split_size's release of oversize blocks, garbage collection), and when the
+// program calls torch.cuda.empty_cache(). The first kind is the allocator's own decision, and the
+// replayed allocator makes it again itself where it applies (under --capacity, its own settings).
+// The second is the program's: it happens under any settings, so the replay makes the same call
+// there, under every configuration: the replayed allocator's empty_cache(), which gives back every
+// wholly free segment and every whole free expandable page of the device (all streams, both pools),
+// as PyTorch's emptyCache does. It is the call that is replayed, not the recorded list of segments:
+// under the recorded settings the replayed state is the recorded one, so the call frees the
+// recorded segments (the comparison with the recording checks that), and under other settings the
+// recorded segments do not exist. A run of consecutive segment_free/segment_unmap entries is one
+// release; it is the program's empty_cache() unless the next entry (past free_completed, snapshot
+// and unknown entries) is a segment_alloc, segment_map or oom carrying the same stack: PyTorch
+// gives a release inside an allocation that allocation's stack, which its retry's segment_alloc
+// (or its oom) carries too, while empty_cache() gives it the stack of the call (or, with contexts
+// off, the segment's own). Without stacks (all empty) an empty_cache() followed at once by an
+// allocation that takes a new segment cannot be told from an out-of-memory retry and is left to
+// the allocator. A call that found nothing to release left no entry and cannot be replayed.
+// memtrace's own snapshots get no empty_cache replay: memtrace's allocator has no empty_cache the
+// program can call, so every release in them was made inside an allocation.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -68,9 +91,11 @@ constexpr const char* kHelp =
     "                       device with entries)\n"
     "  --json               one JSON document on stdout instead of text\n"
     "\n"
-    "Replaying under the settings the snapshot was recorded with reproduces the recorded segment\n"
-    "decisions; the output says whether it did. When the history was cut, it says how many blocks\n"
-    "alive before the first kept entry were pre-allocated.\n";
+    "The program's torch.cuda.empty_cache() calls (recorded segment frees not made inside an\n"
+    "allocation) are made again at the same points under every configuration. Replaying under the\n"
+    "settings the snapshot was recorded with reproduces the recorded segment decisions; the output\n"
+    "says whether it did. When the history was cut, it says how many blocks alive before the first\n"
+    "kept entry were pre-allocated.\n";
 
 // Offline devices report this much memory when no --capacity is given: no trace reaches it.
 constexpr uint64_t kUnlimited = uint64_t{1} << 46;
@@ -171,7 +196,7 @@ std::optional<Options> parse_options(int argc, char** argv, int* exit_code) {
 
 // ---- what is replayed -----------------------------------------------------------------------------
 
-enum class OpKind : uint8_t { Alloc, Free, RecordedOom };
+enum class OpKind : uint8_t { Alloc, Free, RecordedOom, EmptyCache };
 
 struct Op {
   OpKind kind = OpKind::Alloc;
@@ -188,6 +213,8 @@ struct Plan {
   std::vector<Op> prealloc;  // blocks alive before the first kept entry, in address order
   std::vector<Op> ops;
   uint64_t allocs = 0, frees = 0, recorded_ooms = 0, skipped = 0;
+  uint64_t empty_cache_calls = 0;    // recorded releases read as the program's empty_cache()
+  uint64_t allocation_releases = 0;  // recorded releases made inside an allocation (left to the allocator)
   int64_t entries_dropped = 0;
   bool truncated = false;
   bool recorded_by_cache = true;  // PyTorch's allocator, or memtrace's in caching mode
@@ -195,6 +222,45 @@ struct Plan {
   std::vector<std::pair<uint64_t, uint64_t>> segment_allocs;  // (address, bytes)
   std::vector<uint64_t> segment_frees, segment_maps, segment_unmaps;
 };
+
+bool is_release(rd::Action a) { return a == rd::Action::kSegmentFree || a == rd::Action::kSegmentUnmap; }
+
+// Marks the first entry of each run of segment_free/segment_unmap entries that is the program's
+// empty_cache() (see the top of the file) and counts both kinds of release into `p`.
+std::vector<bool> empty_cache_runs(const std::vector<rd::TraceEntry>& trace, Plan* p) {
+  std::vector<bool> at(trace.size(), false);
+  auto passed_over = [](rd::Action a) {  // entries that neither end a release nor start an allocation
+    return a == rd::Action::kSnapshot || a == rd::Action::kOther;
+  };
+  size_t i = 0;
+  while (i < trace.size()) {
+    if (!is_release(trace[i].action)) {
+      ++i;
+      continue;
+    }
+    const size_t first = i;
+    while (i < trace.size() && (is_release(trace[i].action) || passed_over(trace[i].action))) ++i;
+    // What follows the run: the allocation that released, or anything else. A free_completed here
+    // is an allocation's processing of record_stream events, not the program's.
+    size_t j = i;
+    while (j < trace.size() && (passed_over(trace[j].action) || trace[j].action == rd::Action::kFreeCompleted ||
+                                is_release(trace[j].action)))
+      ++j;
+    bool by_allocation = false;
+    if (j < trace.size()) {
+      rd::Action a = trace[j].action;
+      by_allocation = (a == rd::Action::kSegmentAlloc || a == rd::Action::kSegmentMap || a == rd::Action::kOom) &&
+                      trace[j].stack == trace[first].stack;
+    }
+    if (by_allocation) {
+      ++p->allocation_releases;
+    } else {
+      at[first] = true;
+      ++p->empty_cache_calls;
+    }
+  }
+  return at;
+}
 
 Plan build_plan(const rd::Snapshot& snap, int device) {
   Plan p;
@@ -212,6 +278,8 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
   };
   std::unordered_map<uint64_t, State> at;
   std::map<uint64_t, Op> pre;  // by address
+  const std::vector<bool> empty_cache_at =
+      snap.producer == rd::Producer::kPyTorch ? empty_cache_runs(trace, &p) : std::vector<bool>(trace.size(), false);
   auto preallocate = [&](uint64_t addr, uint64_t size, uint64_t stream) {
     pre[addr] = Op{OpKind::Alloc, true, -1, addr, size, stream};
     at[addr].live = true;
@@ -273,9 +341,12 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
         ++p.recorded_ooms;
         break;
       case rd::Action::kSegmentAlloc: p.segment_allocs.emplace_back(e.addr, e.size); break;
-      case rd::Action::kSegmentFree: p.segment_frees.push_back(e.size); break;
+      case rd::Action::kSegmentFree:
+      case rd::Action::kSegmentUnmap:
+        if (empty_cache_at[i]) p.ops.push_back(Op{OpKind::EmptyCache, true, ev, 0, 0, 0});
+        (e.action == rd::Action::kSegmentFree ? p.segment_frees : p.segment_unmaps).push_back(e.size);
+        break;
       case rd::Action::kSegmentMap: p.segment_maps.push_back(e.size); break;
-      case rd::Action::kSegmentUnmap: p.segment_unmaps.push_back(e.size); break;
       default: break;
     }
   }
@@ -396,6 +467,7 @@ struct Outcome {
   std::vector<uint64_t> segment_allocs, segment_frees, segment_maps, segment_unmaps;
   std::optional<OomAt> first_oom;
   uint64_t failed_requests = 0;
+  uint64_t empty_cache_released = 0;  // bytes the replayed empty_cache() calls gave back
   std::optional<bool> matches_recorded;  // nullopt when the history is incomplete
 };
 
@@ -477,6 +549,12 @@ Outcome replay(const Plan& plan, const std::string& conf_text, const std::string
           else failed(op, true);
           break;
         }
+        case OpKind::EmptyCache: {
+          const uint64_t before = tally.reserved();
+          alloc.empty_cache();
+          o.empty_cache_released += before - tally.reserved();
+          break;
+        }
       }
     };
     for (const Op& op : plan.prealloc) run(op);
@@ -484,7 +562,14 @@ Outcome replay(const Plan& plan, const std::string& conf_text, const std::string
     o.stats = alloc.stats();
   }
   if (!plan.truncated && plan.recorded_by_cache) {
-    bool same = o.segment_allocs.size() == plan.segment_allocs.size() && o.segment_maps == plan.segment_maps;
+    // Allocations in order; releases as sets (their order within one release is the pools').
+    auto same_set = [](std::vector<uint64_t> a, std::vector<uint64_t> b) {
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      return a == b;
+    };
+    bool same = o.segment_allocs.size() == plan.segment_allocs.size() && o.segment_maps == plan.segment_maps &&
+                same_set(o.segment_frees, plan.segment_frees) && same_set(o.segment_unmaps, plan.segment_unmaps);
     for (size_t i = 0; same && i < o.segment_allocs.size(); ++i)
       same = o.segment_allocs[i] == plan.segment_allocs[i].second;
     o.matches_recorded = same;
@@ -522,10 +607,12 @@ void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
   else w.key("capacity").null();
   w.key("replayed").begin_object();
   w.field_uint("entries", plan.entries);
-  w.field_uint("events", plan.allocs + plan.frees + plan.recorded_ooms);
+  w.field_uint("events", plan.allocs + plan.frees + plan.recorded_ooms + plan.empty_cache_calls);
   w.field_uint("allocs", plan.allocs);
   w.field_uint("frees", plan.frees);
   w.field_uint("recorded_ooms", plan.recorded_ooms);
+  w.field_uint("empty_cache_calls", plan.empty_cache_calls);
+  w.field_uint("allocation_releases", plan.allocation_releases);
   w.field_uint("skipped", plan.skipped);
   w.field_uint("preallocated", plan.prealloc.size());
   w.field_int("entries_dropped", plan.entries_dropped);
@@ -565,6 +652,7 @@ void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
     w.field_uint("syncs", s.backend_syncs);
     w.end_object();
     w.field_uint("alloc_retries", s.num_alloc_retries);
+    w.field_uint("empty_cache_released", o.empty_cache_released);
     sizes_field(w, "segment_alloc_sizes", o.segment_allocs);
     sizes_field(w, "segment_free_sizes", o.segment_frees);
     sizes_field(w, "segment_map_sizes", o.segment_maps);
@@ -597,12 +685,20 @@ void print_text(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
   std::printf("memtrace replay: %s (%s snapshot), device %d\n", opt.path.c_str(),
               snap.producer == rd::Producer::kMemtrace ? "memtrace" : "PyTorch", plan.device);
   std::printf("replayed: %llu events (%llu allocations, %llu frees",
-              static_cast<unsigned long long>(plan.allocs + plan.frees + plan.recorded_ooms),
+              static_cast<unsigned long long>(plan.allocs + plan.frees + plan.recorded_ooms + plan.empty_cache_calls),
               static_cast<unsigned long long>(plan.allocs), static_cast<unsigned long long>(plan.frees));
+  if (plan.empty_cache_calls)
+    std::printf(", %llu empty_cache calls", static_cast<unsigned long long>(plan.empty_cache_calls));
   if (plan.recorded_ooms)
     std::printf(", %llu recorded out-of-memory requests", static_cast<unsigned long long>(plan.recorded_ooms));
   std::printf(") of %zu trace entries, %llu skipped, %zu pre-allocated\n", plan.entries,
               static_cast<unsigned long long>(plan.skipped), plan.prealloc.size());
+  if (plan.empty_cache_calls || plan.allocation_releases)
+    std::printf("releases: %llu recorded empty_cache calls, replayed under every configuration; %llu releases "
+                "made inside an allocation (out-of-memory retry, max_split_size, garbage collection), left to "
+                "the allocator\n",
+                static_cast<unsigned long long>(plan.empty_cache_calls),
+                static_cast<unsigned long long>(plan.allocation_releases));
   if (plan.truncated) {
     std::printf("history: truncated");
     if (plan.entries_dropped > 0) std::printf(" (%lld entries dropped before the dump)", static_cast<long long>(plan.entries_dropped));
@@ -625,10 +721,14 @@ void print_text(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
                 static_cast<unsigned long long>(s.backend_allocs), static_cast<unsigned long long>(s.backend_frees),
                 static_cast<unsigned long long>(s.backend_maps), static_cast<unsigned long long>(s.backend_unmaps),
                 static_cast<unsigned long long>(s.backend_syncs));
+    if (plan.empty_cache_calls)
+      std::printf("    empty_cache        %s given back by %llu calls\n", human_bytes(o.empty_cache_released).c_str(),
+                  static_cast<unsigned long long>(plan.empty_cache_calls));
     if (o.matches_recorded && o.conf == recorded_conf(snap))
-      std::printf("    vs. recording      %s (%zu segment allocs, %zu maps recorded)\n",
+      std::printf("    vs. recording      %s (%zu segment allocs, %zu maps, %zu segment frees, %zu unmaps recorded)\n",
                   *o.matches_recorded ? "same segment decisions" : "different segment decisions",
-                  plan.segment_allocs.size(), plan.segment_maps.size());
+                  plan.segment_allocs.size(), plan.segment_maps.size(), plan.segment_frees.size(),
+                  plan.segment_unmaps.size());
     if (!o.first_oom) {
       std::printf("    out of memory      no%s\n", opt.capacity ? "" : " (capacity unlimited)");
     } else {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the replay test's fixtures under tests/replay/data/: snapshots the reference allocator
-(reference_allocator.py) recorded for the three workloads (workloads.py) under several settings,
+(reference_allocator.py) recorded for the four workloads (workloads.py) under several settings,
 and fixtures.json with each file's settings and the reference's own figures.
 
 The generated files are committed; rerun this after changing the reference or a workload
@@ -30,6 +30,8 @@ FIXTURES = [
      1600 * MIB, None, 2),
     ("fragmentation_expandable_tight", "fragmentation", "expandable_segments:True", 1500 * MIB, None, 2),
     ("training_truncated", "training", "", None, 600, 2),
+    ("phases_default", "phases", "", None, None, 2),
+    ("phases_expandable", "phases", "expandable_segments:True", None, None, 4),
 ]
 
 

@@ -7,8 +7,16 @@ PyTorch's _dump_snapshot would have written; `memtrace replay` must make the sam
 Modelled: request rounding (512 B, roundup_power2_divisions), small/large pools, 2 MiB / 20 MiB /
 2 MiB-multiple segments, best fit by (stream, size, address), max_split_size and
 max_non_split_rounding, should_split, coalescing on free, the out-of-memory path (release oversize
-cached blocks, then every whole cached segment, retry, then an `oom` entry), and expandable segments
-(pages mapped on demand into one reserved range per stream and pool, unmapped on release).
+cached blocks, then every whole cached segment, retry, then an `oom` entry), torch.cuda.empty_cache()
+(the same release of every whole cached segment and every whole free expandable page, outside any
+allocation), and expandable segments (pages mapped on demand into one reserved range per stream and
+pool, unmapped on release).
+
+Trace entries carry the stacks PyTorch gives them: the segment_free / segment_unmap entries of a
+release made inside an allocation (out-of-memory path) carry that allocation's stack, as do its
+segment_alloc / segment_map and `oom` entries; those of empty_cache() carry the stack of the
+empty_cache() call (PyTorch's `context ? context : block->context_when_segment_allocated`, with the
+context gathered by the allocation or by emptyCache).
 Not modelled: record_stream (every free completes at once), memory fraction and garbage collection,
 private pools and CUDA graphs.
 
@@ -333,9 +341,9 @@ class CachingAllocator:
         block = self._find_free(small, stream, rounded)
         if block is None:
             block = (self._new_block(small, stream, rounded, seg_size, frames)
-                     or (self._release_oversize(small, stream, rounded)
+                     or (self._release_oversize(small, stream, rounded, frames)
                          and self._new_block(small, stream, rounded, seg_size, frames))
-                     or (self._release_cached()
+                     or (self._release_cached(frames)
                          and self._new_block(small, stream, rounded, seg_size, frames)))
         if not block:
             self._event("oom", None, rounded, stream, frames, device_free=self.capacity - self.dev.used)
@@ -440,7 +448,7 @@ class CachingAllocator:
         b.size += n.size
 
     # ---- out-of-memory path ------------------------------------------------------------------------
-    def _release_oversize(self, small, stream, rounded):
+    def _release_oversize(self, small, stream, rounded, frames):
         ms = self.s.max_split_size
         if ms == UNLIMITED:
             return False
@@ -448,7 +456,7 @@ class CachingAllocator:
         want = max(rounded, ms)
         i = pool.lower_bound((stream, want, 0))
         if i < len(pool) and pool[i].stream == stream and not pool[i].segment.expandable:
-            self._release_segment(pool[i])
+            self._release_segment(pool[i], frames)
             return True
         # No single block is big enough: release the largest oversize blocks of this stream.
         released = 0
@@ -459,11 +467,11 @@ class CachingAllocator:
                 break
             if not b.segment.expandable:
                 released += b.size
-                self._release_segment(b)
+                self._release_segment(b, frames)
             i -= 1
         return released >= want
 
-    def _release_segment(self, b):
+    def _release_segment(self, b, frames=None):
         assert b.prev is None and b.next is None and not b.segment.expandable
         self.free_blocks[b.small].remove(b)
         seg = b.segment
@@ -471,22 +479,30 @@ class CachingAllocator:
         self.dev.free(seg.base, seg.size)
         self._reserve_change(-seg.size)
         self.segment_frees += 1
-        self._event("segment_free", seg.base, seg.size, seg.stream, seg.frames)
+        self._event("segment_free", seg.base, seg.size, seg.stream, seg.frames if frames is None else frames)
 
-    def _release_cached(self):
+    def _release_cached(self, frames=None):
+        """Every whole cached segment, large pool first, and every whole free page of expandable
+        reservations; `frames` is the stack of the allocation or empty_cache() call that asked."""
         for small in (False, True):
             expandable = []
             for b in self.free_blocks[small]:
                 if b.segment.expandable:
                     expandable.append(b)
                 elif b.prev is None and b.next is None:
-                    self._release_segment(b)
+                    self._release_segment(b, frames)
             for b in expandable:
-                self._unmap(b)
+                self._unmap(b, frames)
                 if b.prev is None and b.next is None:
                     self.unmapped[small].remove(b)
                     self.segments.remove(b.segment)
         return True
+
+    def empty_cache(self, frames=None):
+        """torch.cuda.empty_cache(): the release of the out-of-memory path, asked for by the program
+        (one segment_free or segment_unmap entry per release, with the call's stack; none when nothing
+        is wholly free)."""
+        self._release_cached(list(frames) if frames is not None else None)
 
     # ---- expandable segments -----------------------------------------------------------------------
     def _page(self, small):
@@ -495,11 +511,11 @@ class CachingAllocator:
     def _grow_expandable(self, small, stream, rounded, frames):
         c = self._find_expandable(small, stream, rounded)
         if not c.mapped:
-            c = self._map(c, min(c.size, rounded))
+            c = self._map(c, min(c.size, rounded), frames)
             if c is None:
                 return None
         while c.size < rounded:
-            c = self._map(c.next, min(rounded - c.size, c.next.size))
+            c = self._map(c.next, min(rounded - c.size, c.next.size), frames)
             if c is None:
                 return None
         self.free_blocks[small].remove(c)
@@ -532,7 +548,7 @@ class CachingAllocator:
         unmapped.add(b)
         return b
 
-    def _map(self, b, want):
+    def _map(self, b, want, frames=()):
         """Maps whole pages at the start of unmapped block b to cover `want` bytes; returns the
         mapped block after merging it with free mapped neighbours, or None when the device is full."""
         page = self._page(b.small)
@@ -558,10 +574,10 @@ class CachingAllocator:
         pool.add(b)
         self._reserve_change(size)
         self.maps += 1
-        self._event("segment_map", start, size, b.stream, [])
+        self._event("segment_map", start, size, b.stream, list(frames))
         return b
 
-    def _unmap(self, b):
+    def _unmap(self, b, frames=None):
         # Whole pages only, counted from the reservation's base.
         page = self._page(b.small)
         base = b.segment.base
@@ -596,7 +612,7 @@ class CachingAllocator:
         self.dev.unmap(hi - lo)
         self._reserve_change(-(hi - lo))
         self.unmaps += 1
-        self._event("segment_unmap", lo, hi - lo, b.stream, [])
+        self._event("segment_unmap", lo, hi - lo, b.stream, [] if frames is None else frames)
 
     # ---- state -------------------------------------------------------------------------------------
     def largest_free(self):

@@ -110,9 +110,33 @@ maps = [e["size"] for e in a.trace if e["action"] == "segment_map"]
 check(maps == [20 * MIB, 20 * MIB], "growth maps only what is missing")
 check(not any(e["action"] == "segment_alloc" for e in a.trace), "no segment_alloc with expandable")
 a.free(q)
-a._release_cached()
+a.empty_cache()
 unmaps = [e["size"] for e in a.trace if e["action"] == "segment_unmap"]
 check(unmaps == [20 * MIB], "release unmaps whole free pages only")
+a.check()
+
+# empty_cache(): every wholly free segment goes back, split ones stay; the entries carry the call's
+# stack, while an out-of-memory release carries the stack of the allocation that made it.
+a = CachingAllocator(Settings(""), capacity=64 * MIB)
+keep = a.malloc(3 * MIB, frames=["keep"])        # a 20 MiB segment, split
+p = a.malloc(24 * MIB, frames=["p"])             # a 24 MiB segment of its own
+a.malloc(100, frames=["small"])
+a.free(p)
+n = len(a.trace)
+a.empty_cache(frames=["empty_cache"])
+frees = [e for e in a.trace[n:]]
+check([(e["action"], e["size"], e["frames"]) for e in frees] == [("segment_free", 24 * MIB, ["empty_cache"])],
+      "empty_cache frees the whole free segment only, with the call's stack")
+p = a.malloc(30 * MIB, frames=["big1"])
+a.free(p)
+n = len(a.trace)
+a.malloc(40 * MIB, frames=["big2"])              # 20 + 2 + 30 + 40 > 64: the cached 30 MiB goes back first
+acts = [(e["action"], e["frames"]) for e in a.trace[n:]]
+check(acts == [("segment_free", ["big2"]), ("segment_alloc", ["big2"]), ("alloc", ["big2"])],
+      "an out-of-memory release carries the allocation's stack: %s" % acts)
+n = len(a.trace)
+a.empty_cache(frames=["empty_cache"])
+check(len(a.trace) == n, "empty_cache with nothing wholly free writes nothing")
 a.check()
 
 if failures:

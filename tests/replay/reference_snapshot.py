@@ -33,6 +33,17 @@ class _Frames:
             self.stacks[site] = stack
         return stack
 
+    def empty_cache(self, site):
+        """torch.cuda.empty_cache() called from `site`: its innermost frame is torch's own."""
+        stack = self.stacks.get(("empty_cache", site))
+        if stack is None:
+            caller = {"filename": self.program, "line": 20 + 7 * len(self.stacks), "name": site}
+            inner = {"filename": "/usr/lib/python3/site-packages/torch/cuda/memory.py", "line": 224,
+                     "name": "empty_cache"}
+            stack = [inner, caller, self.loop, self.main]
+            self.stacks[("empty_cache", site)] = stack
+        return stack
+
 
 def run(ops, conf="", capacity=80 * GIB, max_entries=None, program="workload.py", seed=0):
     settings = Settings(conf)
@@ -48,6 +59,7 @@ def run(ops, conf="", capacity=80 * GIB, max_entries=None, program="workload.py"
     ptrs = {}
     oom = None
     allocs_done = 0
+    empty_cache_calls = 0
     for op in ops:
         if op[0] == "malloc":
             _, i, size, stream, site = op
@@ -58,6 +70,11 @@ def run(ops, conf="", capacity=80 * GIB, max_entries=None, program="workload.py"
                     oom = {"alloc_ordinal": allocs_done, "size": size, "stream": stream}
                 continue
             allocs_done += 1
+        elif op[0] == "empty_cache":
+            before = len(alloc.trace)
+            alloc.empty_cache(frames.empty_cache(op[1]))
+            if len(alloc.trace) > before:   # a call that released nothing leaves no entry
+                empty_cache_calls += 1
         else:
             ptr = ptrs.pop(op[1], None)
             if ptr is not None:
@@ -81,6 +98,7 @@ def run(ops, conf="", capacity=80 * GIB, max_entries=None, program="workload.py"
         "segment_unmaps": [e["size"] for e in alloc.trace if e["action"] == "segment_unmap"],
         "oom": oom,
         "allocs": allocs_done,
+        "empty_cache_calls": empty_cache_calls,
     }
     return snapshot, figures
 

@@ -1,8 +1,9 @@
-"""Three synthetic allocation workloads for the replay tests, deterministic for a given seed.
+"""Four synthetic allocation workloads for the replay tests, deterministic for a given seed.
 
 A workload is a list of operations:
   ("malloc", id, size, stream, site)   allocate `size` bytes on `stream`; `site` names the call path
   ("free", id)                          free what malloc `id` returned
+  ("empty_cache", site)                 torch.cuda.empty_cache(), called from `site`
 Every id is allocated once and freed at most once; what is still allocated at the end stays live in
 the snapshot's segments.
 """
@@ -32,6 +33,9 @@ class _Ops:
     def free(self, i):
         self.live.remove(i)
         self.ops.append(("free", i))
+
+    def empty_cache(self, site):
+        self.ops.append(("empty_cache", site))
 
 
 def training(seed=1):
@@ -142,4 +146,61 @@ def fragmentation(seed=3):
     return o.ops
 
 
-WORKLOADS = {"training": training, "inference": inference, "fragmentation": fragmentation}
+def phases(seed=4):
+    """Training in phases with torch.cuda.empty_cache() between them, as scripts do to hand memory
+    back between stages: a short-sequence training phase, a validation pass that empties the cache
+    after every batch (its logits still alive at the call, freed just after), then fine-tuning at
+    twice the sequence length with a fresh optimizer state (allocated right after the call, so the
+    call's segment frees are followed by a segment_alloc, as an out-of-memory retry's would be).
+    Each phase's activations are sizes the previous phase's cached segments cannot serve, so a replay
+    that kept those segments would reserve them all at once."""
+    rng = random.Random(seed)
+    o = _Ops()
+    hidden = 4096
+    layers = 12
+    params = [o.malloc(hidden * hidden * 2 + 4096 * rng.randrange(0, 3), "init_weight") for _ in range(layers)]
+    params += [o.malloc(hidden * 2, "init_bias") for _ in range(layers)]
+
+    def train(steps, batch, seq, site):
+        for step in range(steps):
+            acts = []
+            inp = o.malloc(batch * seq * 8 + rng.randrange(0, 512), "load_batch")
+            for layer in range(layers):
+                tmp = o.malloc(batch * seq * hidden // 2 + rng.randrange(1, 4096), "matmul_workspace")
+                act = o.malloc(batch * seq * hidden * 2 + rng.randrange(0, 1 << 20), site)
+                o.free(tmp)
+                acts.append(act)
+            loss = o.malloc(4, "loss")
+            grads = []
+            for layer in reversed(range(layers)):
+                g_in = o.malloc(batch * seq * hidden * 2 + rng.randrange(0, 1 << 20), "linear_backward")
+                g_w = o.malloc(hidden * hidden * 2, "weight_grad")
+                o.free(acts.pop())
+                o.free(g_in)
+                grads.append(g_w)
+            o.free(loss)
+            o.free(inp)
+            for g in grads:
+                o.free(g)
+
+    train(3, 4, 512, "linear_forward")
+    o.empty_cache("end_of_phase")
+    for batch in range(4):
+        inp = o.malloc(16 * 768 * 8 + rng.randrange(0, 512), "load_val_batch")
+        h = o.malloc(16 * 768 * hidden * 2 + rng.randrange(0, 1 << 20), "val_forward")
+        for layer in range(layers - 1):
+            nxt = o.malloc(16 * 768 * hidden * 2 + rng.randrange(0, 1 << 20), "val_forward")
+            o.free(h)
+            h = nxt
+        out = o.malloc(16 * 32000 * 8, "val_logits")
+        o.free(h)
+        o.free(inp)
+        o.empty_cache("validation_loop")   # the logits are still alive: the free comes next
+        o.free(out)
+    o.empty_cache("end_of_phase")
+    momentum = [o.malloc(hidden * hidden * 4, "optimizer_state") for _ in range(layers)]
+    train(3, 4, 1024, "linear_forward_long")
+    return o.ops
+
+
+WORKLOADS = {"training": training, "inference": inference, "fragmentation": fragmentation, "phases": phases}
