@@ -28,6 +28,7 @@
   X(cuCtxDestroy_v2)                \
   X(cuDevicePrimaryCtxReset_v2)     \
   X(cuDevicePrimaryCtxRelease_v2)   \
+  X(cuDevicePrimaryCtxRetain)       \
   X(cuGetProcAddress)               \
   X(cuGetProcAddress_v2)            \
   X(cuMemGetAddressRange_v2)        \
@@ -42,7 +43,6 @@
   X(cuMemGetInfo_v2)                \
   X(cuStreamIsCapturing)            \
   X(cuStreamIsCapturing_ptsz)       \
-  X(cuDevicePrimaryCtxRetain)       \
   X(cuDevicePrimaryCtxGetState)     \
   X(cuCtxPushCurrent_v2)            \
   X(cuCtxPopCurrent_v2)             \

@@ -1,4 +1,6 @@
 // Context teardown frees every allocation of the context, so its records go too.
+#include <atomic>
+
 #include "preload/caching_mode.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
@@ -9,20 +11,16 @@ using namespace memtrace::preload;
 
 namespace {
 
-// The primary context's handle, learned without changing its reference count: a retain
-// matched by a release is a no-op on a context that is already alive.
+// Each device's primary context as the program's own retains returned it. memtrace never retains
+// or releases on the program's behalf: an extra retain/release pair would be calls the program did
+// not make, shifting the program's own call sequence (a fault injected at its Nth retain would hit
+// memtrace's instead). A handle stays valid after the context is released or reset: the driver
+// gives a device's primary context the same handle for the life of the process.
+std::atomic<CUcontext> g_primary[kMaxDevices];
+
 CUcontext primary_context_of(CUdevice dev) {
-  auto retain = real_fn<Hook::cuDevicePrimaryCtxRetain, decltype(&::cuDevicePrimaryCtxRetain)>();
-  auto release = real_fn<Hook::cuDevicePrimaryCtxRelease_v2, decltype(&::cuDevicePrimaryCtxRelease_v2)>();
-  auto state = real_fn<Hook::cuDevicePrimaryCtxGetState, decltype(&::cuDevicePrimaryCtxGetState)>();
-  if (!retain || !release || !state) return nullptr;
-  unsigned int flags = 0;
-  int active = 0;
-  if (state(dev, &flags, &active) != CUDA_SUCCESS || !active) return nullptr;
-  CUcontext ctx = nullptr;
-  if (retain(&ctx, dev) != CUDA_SUCCESS) return nullptr;
-  release(dev);
-  return ctx;
+  if (dev < 0 || dev >= kMaxDevices) return nullptr;
+  return g_primary[dev].load(std::memory_order_acquire);
 }
 
 bool primary_still_active(CUdevice dev) {
@@ -60,6 +58,15 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (caching_mode::any_allocator()) caching_mode::drop_context(ctx);
   CUresult r = real(ctx);
   if (r == CUDA_SUCCESS) purge(scope.session(), ctx, kContextKinds);
+  return r;
+}
+
+extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  auto real = real_fn<Hook::cuDevicePrimaryCtxRetain, decltype(&::cuDevicePrimaryCtxRetain)>();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real(pctx, dev);
+  if (r == CUDA_SUCCESS && pctx && *pctx && dev >= 0 && dev < kMaxDevices)
+    g_primary[dev].store(*pctx, std::memory_order_release);
   return r;
 }
 

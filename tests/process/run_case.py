@@ -803,7 +803,8 @@ def case_fault_host(ctx):
 
 @case
 def case_fault_context(ctx):
-    fault_family(ctx, "fam_context", ["cuCtxDestroy_v2=1@1", "cuDevicePrimaryCtxReset_v2=1@1", "cuCtxCreate_v4@1"])
+    fault_family(ctx, "fam_context", ["cuCtxDestroy_v2=1@1", "cuDevicePrimaryCtxReset_v2=1@1", "cuCtxCreate_v4@1",
+                                     "cuDevicePrimaryCtxRetain=1@2"])
 
 
 @case
