@@ -55,6 +55,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cli/analysis/command_line.hpp"
 #include "cli/analysis/human_size.hpp"
 #include "cli/analysis/json_writer.hpp"
 #include "cli/commands.hpp"
@@ -90,6 +91,7 @@ constexpr const char* kHelp =
     "  --device N           which device's history to replay (default: device 0, or the first\n"
     "                       device with entries)\n"
     "  --json               one JSON document on stdout instead of text\n"
+    "  --lenient            read a file that breaks the format's invariants (each named on stderr)\n"
     "\n"
     "The program's torch.cuda.empty_cache() calls (recorded segment frees not made inside an\n"
     "allocation) are made again at the same points under every configuration. Replaying under the\n"
@@ -114,6 +116,7 @@ struct Options {
   std::optional<uint64_t> capacity;
   std::optional<int> device;
   bool json = false;
+  bool lenient = false;
 };
 
 // "80GiB", "1.5G", "24576MiB", "1000000": binary units unless the suffix is KB/MB/GB/TB.
@@ -165,6 +168,8 @@ std::optional<Options> parse_options(int argc, char** argv, int* exit_code) {
       return std::nullopt;
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--lenient") {
+      o.lenient = true;
     } else if (is("--alloc-conf")) {
       auto v = value("--alloc-conf");
       if (!v) return usage_error("--alloc-conf needs a value");
@@ -752,13 +757,10 @@ int cmd_replay(int argc, char** argv) {
   std::optional<Options> opt = parse_options(argc, argv, &exit_code);
   if (!opt) return exit_code;
 
-  rd::LoadResult loaded = rd::load_snapshot(opt->path);
-  if (!loaded.snapshot) {
-    std::fprintf(stderr, "memtrace replay: %s\n",
-                 loaded.error ? loaded.error->message.c_str() : (opt->path + ": cannot be read").c_str());
-    return kExitUsage;
-  }
-  const rd::Snapshot& snap = *loaded.snapshot;
+  std::optional<rd::Snapshot> loaded =
+      memtrace::analysis::load_for_command(opt->path, memtrace::analysis::CommandSpec{"replay", kHelp}, opt->lenient);
+  if (!loaded) return kExitUsage;
+  const rd::Snapshot& snap = *loaded;
 
   int device = 0;
   if (opt->device) {

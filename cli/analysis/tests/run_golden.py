@@ -74,6 +74,7 @@ CASES = {
     'error_ranks_empty_dir': (['ranks', 'empty'], {}),
     'error_inconsistent': (['summary', 'inconsistent.pickle'], {}),
     'error_negative_size': (['peak', 'negative.pickle'], {}),
+    'error_replay_inconsistent': (['replay', 'inconsistent.pickle'], {}),
     'lenient_inconsistent': (['summary', '--lenient', 'inconsistent.pickle'], {}),
     'help_summary': (['summary', '--help'], {}),
 }
