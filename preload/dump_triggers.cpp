@@ -41,28 +41,52 @@ bool default_is_fatal(int sig) {
   }
 }
 
+timespec after(const timespec& t, double seconds) {
+  timespec r = t;
+  double whole = static_cast<double>(static_cast<long>(seconds));
+  r.tv_sec += static_cast<time_t>(whole);
+  r.tv_nsec += static_cast<long>((seconds - whole) * 1e9);
+  if (r.tv_nsec >= 1000000000L) {
+    r.tv_sec += 1;
+    r.tv_nsec -= 1000000000L;
+  }
+  return r;
+}
+bool earlier(const timespec& a, const timespec& b) {
+  return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
+// How often the dump thread looks at the dump signal's handler and pending set.
+constexpr double kSignalCheckS = 1.0;
+
 void wait_for_work() {
-  if (g_interval_s <= 0) {
+  if (g_interval_s <= 0 && g_signal <= 0) {
     while (sem_wait(&g_wake) != 0 && errno == EINTR) {
     }
     return;
   }
-  timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  double whole = static_cast<double>(static_cast<long>(g_interval_s));
-  deadline.tv_sec += static_cast<time_t>(whole);
-  deadline.tv_nsec += static_cast<long>((g_interval_s - whole) * 1e9);
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec += 1;
-    deadline.tv_nsec -= 1000000000L;
-  }
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const timespec interval_due = after(now, g_interval_s);
   for (;;) {
+    timespec deadline = interval_due;
+    bool checking = g_signal > 0;
+    if (checking) {
+      timespec check_due = after(now, kSignalCheckS);
+      if (g_interval_s <= 0 || earlier(check_due, deadline)) deadline = check_due;
+    }
     if (sem_clockwait(&g_wake, CLOCK_MONOTONIC, &deadline) == 0) return;
     if (errno == ETIMEDOUT) {
-      g_pending.fetch_or(kDumpInterval);
-      return;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      if (g_interval_s > 0 && !earlier(now, interval_due)) {
+        g_pending.fetch_or(kDumpInterval);
+        return;
+      }
+      if (checking) check_dump_signal(false);
+      continue;
     }
     if (errno != EINTR) return;
+    clock_gettime(CLOCK_MONOTONIC, &now);
   }
 }
 
@@ -134,7 +158,40 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
   }
 }
 
+std::atomic<bool> g_warned_replaced{false};
+std::atomic<bool> g_warned_blocked{false};
+int g_pending_checks = 0;  // consecutive checks that found the signal pending (dump thread only)
+
 }  // namespace
+
+// A program that installs its own handler for the dump signal, or blocks it in every thread, turns
+// signal snapshots off without a word: the user sends the signal and nothing happens. Said once
+// each, from the dump thread's periodic look and again at exit. Pending is read from the dump
+// thread, which blocks every signal, so a process-wide signal that no thread accepts shows there;
+// it must be seen twice in a row (a signal in flight to a thread that accepts it is pending for a
+// moment). At exit one look is enough: a deliverable signal would have been taken by then.
+void check_dump_signal(bool at_exit) {
+  if (g_signal <= 0) return;
+  struct sigaction cur {};
+  if (!g_warned_replaced.load(std::memory_order_relaxed) && sigaction(g_signal, nullptr, &cur) == 0) {
+    bool ours = (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == &on_signal;
+    if (!ours && !g_warned_replaced.exchange(true))
+      log::warn("MEMTRACE_SIGNAL: the program replaced memtrace's handler for signal {}; snapshots on that "
+                "signal are off (choose one the program leaves alone with MEMTRACE_SIGNAL)",
+                g_signal);
+  }
+  if (g_warned_blocked.load(std::memory_order_relaxed)) return;
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) == 0 && sigismember(&pending, g_signal) == 1) {
+    if ((at_exit || ++g_pending_checks >= 2) && !g_warned_blocked.exchange(true))
+      log::warn("MEMTRACE_SIGNAL: signal {} was sent but every thread of the program blocks it; its snapshot "
+                "waits until one unblocks it (choose another signal with MEMTRACE_SIGNAL)",
+                g_signal);
+  } else if (!at_exit) {
+    g_pending_checks = 0;
+  }
+}
 
 void start_dump_triggers(const Config& c) {
   g_interval_s = c.interval_s;

@@ -19,6 +19,8 @@ void start_dump_triggers(const Config& c);
 void request_dump(DumpReason why);
 // An out-of-memory was recorded: dumps now, in the calling thread, at most a few times per run.
 void note_oom_for_dump();
+// Warns once if the program took the dump signal over (its own handler) or blocks it everywhere.
+void check_dump_signal(bool at_exit);
 // In a forked child: the dump thread did not survive the fork. It is started again by the
 // child's first hooked call, not in the fork handler.
 void dump_triggers_after_fork();

@@ -252,6 +252,7 @@ void dump_now(const char* reason) {
   bool was = t_state.in_hook;
   t_state.in_hook = true;
   bool at_exit = std::string_view(reason) == "exit";
+  if (at_exit) check_dump_signal(true);
   // One dump at a time; the exit dump waits for one in flight (its temporary file must not be
   // left behind), and none starts after it.
   pthread_mutex_lock(&g_dump_mutex);

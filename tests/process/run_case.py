@@ -1342,6 +1342,7 @@ def case_dump_signal(ctx):
     r = ctx.run([prog, "signal"])
     expect_ok(r)
     check_on_demand(ctx, r, "signal", 1)
+    check(not [w for w in r.warnings() if "MEMTRACE_SIGNAL" in w], f"a false warning: {r.warnings()}")
     ctx.check_snapshot_tool(r.snapshot().path)
     # MEMTRACE_SIGNAL=none: the signal is the program's again (its default action ends it).
     r = ctx.run([prog, "signal"], env={"MEMTRACE_SIGNAL": "none"})
@@ -1349,6 +1350,30 @@ def case_dump_signal(ctx):
     # Another signal by name, with the SIG prefix: USR2 is then left alone, also ending the program.
     r = ctx.run([prog, "signal"], env={"MEMTRACE_SIGNAL": "SIGUSR1"})
     check(r.rc == -12 and not r.on_demand_snapshots(), f"MEMTRACE_SIGNAL=SIGUSR1 still dumped on USR2\n{r.describe()}")
+
+
+@case
+def case_signal_taken_over(ctx):
+    """The program replaces memtrace's SIGUSR2 handler, or blocks SIGUSR2 and sends it: no
+    snapshot can follow, and memtrace says why once (from its periodic look or at exit). A run
+    that leaves the signal alone gets no such warning."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("signal_taken")
+    for mode, words in (("replace", "replaced memtrace's handler"), ("block", "blocks it")):
+        plain = ctx.run([prog, mode], preload=False)
+        r = ctx.run([prog, mode])
+        expect_ok(r)
+        same_story(plain, r, f"signal_taken {mode}")
+        warns = [w for w in r.warnings() if "MEMTRACE_SIGNAL" in w]
+        check(len(warns) == 1 and words in warns[0] and "12" in warns[0],
+              f"{mode}: expected one warning saying '{words}', got {r.warnings()}\n{r.describe()}")
+        check(not r.on_demand_snapshots(), f"{mode}: a snapshot followed the signal: {r.snapshots()}")
+        check(("HANDLED" in r.stdout) == ("HANDLED" in plain.stdout) == (mode == "replace"),
+              f"{mode}: the program's own handler must run as without memtrace\n{r.describe()}")
+    r = ctx.run([ctx.program("route_direct")])
+    expect_ok(r)
+    check(not [w for w in r.warnings() if "MEMTRACE_SIGNAL" in w], f"a false warning: {r.warnings()}")
 
 
 @case
