@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -105,29 +108,70 @@ void remove_stale_temporaries(const std::string& dir, const std::string& host) {
 
 }  // namespace
 
+namespace {
+
+// Creates the missing directories of `dir`, appending each one it made to *made (outermost first).
+bool create_directories(const std::string& dir, std::vector<std::string>* made, std::string* error) {
+  if (dir.empty() || is_directory(dir)) return true;
+  std::string cur;
+  size_t i = 0;
+  while (i <= dir.size()) {
+    size_t slash = dir.find('/', i);
+    if (slash == std::string::npos) slash = dir.size();
+    cur.assign(dir, 0, slash);
+    i = slash + 1;
+    if (cur.empty() || cur.back() == '/') continue;  // leading or doubled slash
+    if (::mkdir(cur.c_str(), 0700) == 0) {
+      if (made) made->push_back(cur);
+      continue;
+    }
+    int err = errno;
+    if (err == EEXIST) {
+      if (is_directory(cur)) continue;
+      err = ENOTDIR;
+    } else if (is_directory(cur)) {
+      continue;  // e.g. EACCES on an existing directory we only pass through
+    }
+    set_error(error, "create directory", cur, err);
+    return false;
+  }
+  return true;
+}
+
+// A write that fails leaves the file system as it found it: the directories it made go again
+// (innermost first; rmdir removes only what is still empty).
+void remove_directories(const std::vector<std::string>& made) {
+  int saved = errno;
+  for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());
+  errno = saved;
+}
+
+// Names the kernel would refuse, found before anything is created: a component over NAME_MAX or a
+// path over PATH_MAX.
+bool name_fits(const std::string& path) {
+  if (path.size() >= PATH_MAX) return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    if (slash - start > NAME_MAX) return false;
+    start = slash + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool make_directories(const std::string& dir, std::string* error) {
   try {
-    if (dir.empty() || is_directory(dir)) return true;
-    std::string cur;
-    size_t i = 0;
-    while (i <= dir.size()) {
-      size_t slash = dir.find('/', i);
-      if (slash == std::string::npos) slash = dir.size();
-      cur.assign(dir, 0, slash);
-      i = slash + 1;
-      if (cur.empty() || cur.back() == '/') continue;  // leading or doubled slash
-      if (::mkdir(cur.c_str(), 0700) == 0) continue;
-      int err = errno;
-      if (err == EEXIST) {
-        if (is_directory(cur)) continue;
-        err = ENOTDIR;
-      } else if (is_directory(cur)) {
-        continue;  // e.g. EACCES on an existing directory we only pass through
-      }
-      set_error(error, "create directory", cur, err);
+    if (!name_fits(dir)) {
+      set_error(error, "create directory", dir, ENAMETOOLONG);
       return false;
     }
-    return true;
+    std::vector<std::string> made;
+    if (create_directories(dir, &made, error)) return true;
+    remove_directories(made);
+    return false;
   } catch (...) {
     set_error(error, "create directory", dir, ENOMEM);
     return false;
@@ -136,6 +180,14 @@ bool make_directories(const std::string& dir, std::string* error) {
 
 bool write_file_atomically(const std::string& path, std::string_view bytes, std::string* error) {
   std::string tmp;
+  std::vector<std::string> made;  // directories this call created, removed again if it fails
+  struct Undo {
+    std::vector<std::string>& made;
+    bool done = false;
+    ~Undo() {
+      if (!done) remove_directories(made);
+    }
+  } undo{made};
   int fd = -1;
   try {
     if (path.empty()) {
@@ -155,9 +207,17 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
       set_error(error, "write", path, EFBIG);
       return false;
     }
-    if (!make_directories(dir, error)) return false;
-    if (!may_replace(path, error)) return false;
     const std::string host = this_host();
+    // The temporary name is the longest thing created: the stem is cut so that it fits a
+    // directory entry, and the whole path is checked before any directory is made.
+    const size_t fixed = 1 + sizeof(kTmpMark) - 1 + host.size() + 3 * 1 + 10 + 20 + 8;
+    const size_t stem_max = fixed < NAME_MAX ? std::min<size_t>(200, NAME_MAX - fixed) : 0;
+    if (!name_fits(path) || stem_max == 0 || !name_fits(dir + "/" + std::string(fixed + stem_max, 'x'))) {
+      set_error(error, "write", path, ENAMETOOLONG);
+      return false;
+    }
+    if (!create_directories(dir, &made, error)) return false;
+    if (!may_replace(path, error)) return false;
     {
       int saved = errno;
       remove_stale_temporaries(dir, host);
@@ -165,7 +225,7 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
     }
 
     // A hidden temporary name beside the target, so that rename() stays within one file system.
-    std::string stem = base.size() > 200 ? base.substr(0, 200) : base;
+    std::string stem = base.size() > stem_max ? base.substr(0, stem_max) : base;
     for (int attempt = 0; attempt < 64 && fd < 0; ++attempt) {
       struct timespec ts;
       ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -235,6 +295,7 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
       (void)::fsync(dfd);
       ::close(dfd);
     }
+    undo.done = true;
     return true;
   } catch (...) {
     if (fd >= 0) ::close(fd);

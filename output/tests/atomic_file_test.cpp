@@ -169,6 +169,49 @@ TEST_CASE("a full file system (ENOSPC): error, no temporary, old target intact",
   CHECK(old == "old content");
 }
 
+TEST_CASE("a failed write removes the directories it created", "[atomic]") {
+  t::TempDir dir;
+  std::string mnt = dir / "small";
+  REQUIRE(mkdir(mnt.c_str(), 0700) == 0);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    WARN("cannot mount a small tmpfs here; case skipped");
+    return;
+  }
+  std::string err;
+  bool ok = write_file_atomically(mnt + "/new1/new2/snap.pickle", std::string(1 << 20, 'x'), &err);
+  std::vector<std::string> names = list_dir(mnt);
+  umount(mnt.c_str());
+  CHECK_FALSE(ok);
+  INFO(err);
+  CHECK(err.find("No space left on device") != std::string::npos);
+  CHECK(names.empty());
+}
+
+TEST_CASE("over-long names are refused before any directory is made", "[atomic]") {
+  t::TempDir dir;
+  std::string err;
+  // A component over NAME_MAX, below a directory that does not exist yet.
+  std::string long_part(300, 'x');
+  CHECK_FALSE(write_file_atomically(dir / ("new1/" + long_part + "/snap.pickle"), "content", &err));
+  CHECK(err.find("File name too long") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+  // The whole path over PATH_MAX, every component short enough.
+  std::string deep = "new1";
+  for (int i = 0; i < 20; ++i) deep += "/" + std::string(250, 'y');
+  err.clear();
+  CHECK_FALSE(write_file_atomically(dir / (deep + "/snap.pickle"), "content", &err));
+  CHECK(err.find("File name too long") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+  CHECK_FALSE(make_directories(dir / deep, &err));
+  CHECK(list_dir(dir.path()).empty());
+  // A base name of 250 bytes is a valid name: its temporary is cut to fit.
+  std::string name(250, 'z');
+  err.clear();
+  CHECK(write_file_atomically(dir / ("new1/" + name), "content", &err));
+  INFO(err);
+  CHECK(list_dir(dir / "new1") == std::vector<std::string>{name});
+}
+
 TEST_CASE("a file size limit is refused before writing", "[atomic]") {
   t::TempDir dir;
   std::string target = dir / "snap.pickle";
