@@ -81,8 +81,8 @@ Config* load() {
 }  // namespace
 
 const Config& config() {
-  static const Config* c = load();
-  return *c;
+  static std::atomic<const Config*> slot{nullptr};
+  return build_once(slot, load);
 }
 
 // One write(2) per line keeps concurrent warnings and log lines from interleaving.

@@ -89,8 +89,8 @@ Rules* load() {
 }
 
 const Rules& rules() {
-  static const Rules* r = load();
-  return *r;
+  static std::atomic<const Rules*> slot{nullptr};
+  return build_once(slot, load);
 }
 
 }  // namespace

@@ -59,8 +59,37 @@ void log_write(const char* text, size_t len);
 // result to return.
 bool fault_hit(const char* elf_name, CUresult* code);
 
-// ---- init.cpp -------------------------------------------------------------------------------
+// ---- init.cpp: initialisation state, fork, one-time construction -----------------------------
+// True once cuInit succeeded in this process. False in a child forked after that (see README:
+// fork), where every call that needs the driver reports CUDA_ERROR_NOT_INITIALIZED, as the real
+// driver's do, so none of them reaches a lock another thread of the parent may have held.
 bool initialized();
+
+// Guards the first construction of the objects that calls allowed before cuInit use (the
+// configuration, the fault rules, the resolver's tables). A function-local static would not do:
+// a fork while another thread is inside its construction leaves the child waiting on the
+// compiler's guard forever. This lock is re-created in the child instead, and an object is
+// published only once complete, so a child forked mid-construction simply builds it again.
+class OnceLock {
+ public:
+  OnceLock();
+  ~OnceLock();
+  OnceLock(const OnceLock&) = delete;
+  OnceLock& operator=(const OnceLock&) = delete;
+};
+
+// The object in `slot`, built by make() (returning a never-freed pointer) on first use.
+template <typename T, typename Make>
+const T& build_once(std::atomic<const T*>& slot, Make make) {
+  if (const T* p = slot.load(std::memory_order_acquire)) return *p;
+  OnceLock lock;
+  const T* p = slot.load(std::memory_order_relaxed);
+  if (p == nullptr) {
+    p = make();
+    slot.store(p, std::memory_order_release);
+  }
+  return *p;
+}
 
 // Every entry point starts with one of these. __func__ is the ELF name, because each API
 // function is defined under its literal exported name.

@@ -36,8 +36,8 @@ void* checked(Actual fn) {
 #define SIM_ENTRY_PTSZ(base, ver, fn) Entry{#base, ver, true, checked<PFN_##base##_v##ver##_ptsz>(&fn), #fn}
 #define SIM_ENTRY_PTDS(base, ver, fn) Entry{#base, ver, true, checked<PFN_##base##_v##ver##_ptds>(&fn), #fn}
 
-const std::vector<Entry>& table() {
-  static const std::vector<Entry>* t = new std::vector<Entry>{
+std::vector<Entry>* make_table() {
+  return new std::vector<Entry>{
       // init, version, errors, resolver
       SIM_ENTRY(cuInit, 2000, cuInit),
       SIM_ENTRY(cuDriverGetVersion, 2020, cuDriverGetVersion),
@@ -215,12 +215,17 @@ const std::vector<Entry>& table() {
       SIM_ENTRY(cuLaunchKernel, 4000, cuLaunchKernel),
       SIM_ENTRY_PTSZ(cuLaunchKernel, 7000, cuLaunchKernel_ptsz),
   };
-  return *t;
+}
+
+const std::vector<Entry>& table() {
+  static std::atomic<const std::vector<Entry>*> slot{nullptr};
+  return build_once(slot, make_table);
 }
 
 // Entries ordered by (base name, version) for binary search.
 const std::vector<const Entry*>& index() {
-  static const std::vector<const Entry*>* idx = [] {
+  static std::atomic<const std::vector<const Entry*>*> slot{nullptr};
+  return build_once(slot, [] {
     auto* v = new std::vector<const Entry*>();
     for (const Entry& e : table()) v->push_back(&e);
     std::sort(v->begin(), v->end(), [](const Entry* a, const Entry* b) {
@@ -228,8 +233,7 @@ const std::vector<const Entry*>& index() {
       return c != 0 ? c < 0 : a->version < b->version;
     });
     return v;
-  }();
-  return *idx;
+  });
 }
 
 CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {

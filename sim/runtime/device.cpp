@@ -1,8 +1,11 @@
 // Devices and contexts. Like the real runtime, each thread has a selected device (0 by default) and the
 // runtime works in that device's primary context, retained once per process on first use; a context the
 // program made current through the driver API takes precedence.
+#include <pthread.h>
+
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "internal.h"
 
@@ -23,6 +26,17 @@ std::once_flag g_discovery_once;
 std::mutex g_mutex;  // guards Device::primary / retained
 
 thread_local int t_device = 0;
+
+// In a forked child, whose only thread is the one that called fork(), g_mutex stays locked forever if another
+// thread of the parent held it at the fork: replace it with a fresh one. (Not taken before the fork instead:
+// it is held across cuDevicePrimaryCtxRetain, which can wait on driver work of other threads, so fork() could
+// wait forever.) Whatever the other thread left half done is harmless: a retain in flight means the parent had
+// initialised the driver, and then every call of the child that needs it fails with
+// cudaErrorInitializationError, as with the real runtime. (The two std::call_once stages are pthread_once
+// underneath, which glibc restarts in a child forked while one was running.)
+void after_fork_in_child() { new (&g_mutex) std::mutex(); }
+
+__attribute__((constructor)) void register_fork_handler() { pthread_atfork(nullptr, nullptr, &after_fork_in_child); }
 
 void discover() {
   cudaError_t e = simcuda_resolve::ensure_initialized();

@@ -2,6 +2,9 @@
 // constructors, and the <<<>>> launch sequence. Registration only takes notes and never touches the driver,
 // because it runs before main and must not initialise CUDA. Launches fail with the error real CUDA gives
 // when no kernel image matches the device: the simulated device executes no device code.
+#include <pthread.h>
+
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -27,10 +30,42 @@ struct Registry {
 };
 
 // Leaked on purpose: programs unregister their modules from atexit handlers, possibly after our statics.
+// Built on first use under g_registry_mutex (constant-initialised), not as a function-local static: a fork
+// while another thread constructs it must not leave the child waiting on the static's guard.
+std::mutex g_registry_mutex;
+std::atomic<Registry*> g_registry{nullptr};
+
 Registry& registry() {
-  static Registry* r = new Registry;
+  if (Registry* r = g_registry.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  Registry* r = g_registry.load(std::memory_order_relaxed);
+  if (!r) {
+    r = new Registry;
+    g_registry.store(r, std::memory_order_release);
+  }
   return *r;
 }
+
+// fork(): the child (whose only thread is the one that called fork) would wait forever on a registry lock
+// another thread held at the fork, and could find the map half updated. Both locks are leaves held only for a
+// few map operations, never across a call out of this file and never one while waiting for the other, so
+// fork() takes them and releases them on both sides: the child gets a consistent registry it may keep using.
+// Whether it may use the device is the driver's answer (not after the parent initialised it).
+Registry* g_forking_registry = nullptr;  // the registry whose lock the prepare handler took
+
+void before_fork() {
+  g_registry_mutex.lock();
+  g_forking_registry = g_registry.load(std::memory_order_acquire);
+  if (g_forking_registry) g_forking_registry->mutex.lock();
+}
+
+void after_fork() {
+  if (g_forking_registry) g_forking_registry->mutex.unlock();
+  g_forking_registry = nullptr;
+  g_registry_mutex.unlock();
+}
+
+__attribute__((constructor)) void register_fork_handlers() { pthread_atfork(&before_fork, &after_fork, &after_fork); }
 
 struct LaunchConfig {
   dim3 grid;

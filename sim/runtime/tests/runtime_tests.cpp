@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "../../common/testing/fork_reaper.h"
 #include "../../common/testing/getproc_spy.h"
 
 // Exported by the runtime but not declared by the toolkit headers unless per-thread streams are enabled.
@@ -431,6 +434,95 @@ TEST_CASE("kernel launches fail the way real CUDA does without a kernel image") 
   void* p = nullptr;
   REQUIRE(cudaMalloc(&p, 16) == cudaSuccess);
   REQUIRE(cudaFree(p) == cudaSuccess);
+}
+
+// fork() from a process whose runtime is busy on another thread: the child must come back with the real
+// runtime's answer for a child of an initialised process, cudaErrorInitializationError, and never hang on a
+// lock (the runtime's or the driver's) the other thread held at the fork. Its own ctest entry (tag [fork]):
+// a hung child is only declared so after fork_reaper's generous limit.
+TEST_CASE("a child forked while another thread uses the runtime gets cudaErrorInitializationError", "[fork]") {
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  void* parent_ptr = nullptr;
+  REQUIRE(cudaMalloc(&parent_ptr, 1 << 20) == cudaSuccess);
+
+  std::atomic<bool> stop{false};
+  std::atomic<unsigned long> rounds{0};
+  std::atomic<int> worker_failures{0};  // no Catch2 assertion on the worker thread
+  std::thread hammer([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      void* a = nullptr;
+      void* b = nullptr;
+      if (cudaSetDevice(0) != cudaSuccess) ++worker_failures;  // takes the runtime's primary-context lock
+      if (cudaMalloc(&a, 4096) != cudaSuccess || cudaFree(a) != cudaSuccess) ++worker_failures;
+      if (cudaMallocAsync(&b, 8192, nullptr) != cudaSuccess || cudaFreeAsync(b, nullptr) != cudaSuccess ||
+          cudaStreamSynchronize(nullptr) != cudaSuccess) {
+        ++worker_failures;
+      }
+      rounds.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  // Selecting a device is mostly the runtime's own lock, and module registration only the registry's: a
+  // second thread doing nothing else.
+  static int fork_kernel_stub;
+  static char fork_fatbin[16];
+  std::thread selector([&] {
+    for (int i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      if (cudaSetDevice(i % 2) != cudaSuccess) ++worker_failures;
+      void** module = __cudaRegisterFatBinary(fork_fatbin);
+      __cudaRegisterFunction(module, reinterpret_cast<const char*>(&fork_kernel_stub), nullptr, "fork", -1, nullptr,
+                             nullptr, nullptr, nullptr, nullptr);
+      __cudaUnregisterFatBinary(module);
+    }
+  });
+  const auto started = fork_reaper::Clock::now();
+  while (rounds.load() == 0 && fork_reaper::Clock::now() - started < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool hammer_ran = rounds.load() > 0;
+
+  constexpr int kForks = 100;
+  fork_reaper::Reaper reaper;
+  int fork_failures = 0;
+  for (int i = 0; i < kForks && hammer_ran; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int bad = 0;
+      void* p = nullptr;
+      if (cudaMalloc(&p, 4096) != cudaErrorInitializationError) bad |= 1;
+      if (cudaSetDevice(0) != cudaErrorInitializationError) bad |= 2;
+      if (cudaFree(parent_ptr) != cudaErrorInitializationError) bad |= 4;
+      if (cudaDeviceSynchronize() != cudaErrorInitializationError) bad |= 8;
+      int v = 0;
+      if (cudaRuntimeGetVersion(&v) != cudaSuccess || v != 13000) bad |= 16;
+      // The kernel registry stays usable (registration never needs the device); a launch does not.
+      static int child_stub;
+      void** module = __cudaRegisterFatBinary(fork_fatbin);
+      __cudaRegisterFunction(module, reinterpret_cast<const char*>(&child_stub), nullptr, "child", -1, nullptr,
+                             nullptr, nullptr, nullptr, nullptr);
+      if (cudaLaunchKernel(&child_stub, dim3(1), dim3(1), nullptr, 0, nullptr) != cudaErrorInitializationError)
+        bad |= 32;
+      __cudaUnregisterFatBinary(module);
+      _exit(bad);
+    }
+    if (pid < 0) {
+      ++fork_failures;
+      break;
+    }
+    reaper.add(pid);
+    reaper.poll();
+  }
+  stop = true;
+  hammer.join();
+  selector.join();
+  reaper.finish();
+
+  REQUIRE(hammer_ran);
+  CHECK(fork_failures == 0);
+  INFO("children: " << reaper.describe());
+  CHECK(reaper.hung() == 0);
+  CHECK(reaper.passed() == kForks);
+  CHECK(worker_failures.load() == 0);
+  CHECK(cudaFree(parent_ptr) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
 }
 
 int main(int argc, char* argv[]) {
