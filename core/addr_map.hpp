@@ -3,6 +3,7 @@
 // program that allocates and frees forever never degrades, and steady state never
 // touches the heap: memory is only requested when the table grows.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -65,7 +66,7 @@ class AddrMap {
       }
     }
     slots_[hole].key = 0;
-    --size_;
+    set_size(size() - 1);
     return true;
   }
 
@@ -85,9 +86,13 @@ class AddrMap {
 
   void clear() {
     if (slots_) std::memset(static_cast<void*>(slots_), 0, cap_ * sizeof(Slot));
-    size_ = 0;
+    set_size(0);
   }
-  size_t size() const { return size_; }
+  // Exact for the owner (whoever serialises the writes). Another thread may also read it without
+  // that lock, as a hint (Recorder::copy_state sizes its buffers so before taking the locks): the
+  // count is a relaxed atomic so that read is defined. On x86 a relaxed load or store is a plain
+  // move, so the owner pays nothing for it.
+  size_t size() const { return size_.load(std::memory_order_relaxed); }
   size_t memory_bytes() const { return cap_ * sizeof(Slot); }
 
  private:
@@ -98,7 +103,7 @@ class AddrMap {
 
   bool assign(uint64_t key, const V& v, V* old, bool* existed) {
     *existed = false;
-    if ((size_ + 1) * 4 > cap_ * 3 && !grow()) return false;
+    if ((size() + 1) * 4 > cap_ * 3 && !grow()) return false;
     size_t i = slot_of(key);
     while (slots_[i].key != 0) {
       if (slots_[i].key == key) {
@@ -111,7 +116,7 @@ class AddrMap {
     }
     slots_[i].key = key;
     slots_[i].value = v;
-    ++size_;
+    set_size(size() + 1);
     return true;
   }
 
@@ -120,6 +125,8 @@ class AddrMap {
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     return static_cast<size_t>(h >> 20) & (cap_ - 1);
   }
+
+  void set_size(size_t n) { size_.store(n, std::memory_order_relaxed); }
 
   bool grow() { return grow_to(cap_ ? cap_ * 2 : 64); }
 
@@ -130,7 +137,7 @@ class AddrMap {
     size_t ocap = cap_;
     slots_ = fresh;
     cap_ = ncap;
-    size_ = 0;
+    set_size(0);
     for (size_t i = 0; i < ocap; ++i)
       if (old[i].key != 0) put(old[i].key, old[i].value);
     std::free(old);
@@ -139,7 +146,7 @@ class AddrMap {
 
   Slot* slots_ = nullptr;
   size_t cap_ = 0;
-  size_t size_ = 0;
+  std::atomic<size_t> size_{0};
 };
 
 }  // namespace memtrace

@@ -29,9 +29,14 @@ bool safe_readable_slow(uintptr_t addr, size_t len);
 
 // The copy itself: memory outside any object this process owns (another library's structures, or
 // past an object's end when a pointer was torn) is read on purpose once the range is known to be
-// mapped and readable, so AddressSanitizer must not instrument it.
-__attribute__((no_sanitize("address", "hwaddress"))) inline void copy_unchecked(void* out, uintptr_t addr,
-                                                                                size_t len) {
+// mapped and readable, so AddressSanitizer must not instrument it. ThreadSanitizer neither: it
+// too reports such a read when it lands in freed heap memory, and the interpreter's threads write
+// those frames and code objects with no synchronisation memtrace could take part in (the walk
+// holds no GIL), so the read races with them by design. A torn value is harmless: every pointer
+// read is validated again, and a chain that does not hold together ends the walk as failed
+// (docs/python-frames.md, "Reading memory that may be torn").
+__attribute__((no_sanitize("address", "hwaddress", "thread"))) inline void copy_unchecked(void* out, uintptr_t addr,
+                                                                                          size_t len) {
   auto* d = static_cast<unsigned char*>(out);
   const auto* s = reinterpret_cast<const unsigned char*>(addr);
   for (size_t i = 0; i < len; ++i) d[i] = s[i];
