@@ -1315,6 +1315,43 @@ def case_dlclose_frames(ctx):
           f"expected dlclose_lib.c:{line}, got {frames[0]}")
 
 
+@case
+def case_deep_bind(ctx):
+    """A library opened with RTLD_DEEPBIND binds cuMemAlloc_v2/cuMemFree_v2 to the driver it links,
+    past memtrace. Its first calls are not seen; the program's next cuGetProcAddress (what the
+    runtime does) lets memtrace find it: one warning names it, and its later allocations and frees
+    are in the snapshot. Bound at load (read-only GOT, -z now -z relro) and lazily (its slots
+    resolved only by its first calls, after a first lookup found them unresolved). The program's
+    results and exit status are those it has without memtrace."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("deep_bind")
+    for variant, env_extra in (("now", {}), ("lazy", {"DEEP_BIND_LAZY": "1"})):
+        lib = os.path.join(ctx.bindir, f"libdeep_bind_{variant}.so")
+        if not os.path.isfile(lib):
+            raise Skip(f"{lib} not built")
+        env = dict(env_extra, DEEP_BIND_LIB=lib)
+        plain = ctx.run([prog], preload=False, env=env)
+        expect_ok(plain, f"deep_bind ({variant}) without memtrace")
+        r, snap = traced_and_checked(ctx, [prog], env=env)
+        same_story(plain, r, f"deep_bind ({variant})")
+        warns = r.warnings()
+        named = [w for w in warns if os.path.basename(lib) in w]
+        check(len(named) == 1 and len(warns) == 1 and "RTLD_DEEPBIND" in named[0] and "cuMemAlloc_v2" in named[0],
+              f"{variant}: expected one warning naming {os.path.basename(lib)} and cuMemAlloc_v2, got {warns}\n"
+              f"{r.describe()}")
+        segs = snap.segment_map()
+        seen = [a for a in r.out.allocs("dev") if a[3] == 5 << 20]
+        check(len(seen) == 1 and seen[0][2] in segs and segs[seen[0][2]]["total_size"] == 5 << 20,
+              f"{variant}: the library's allocation after the lookup is not in the snapshot with 5 MiB: "
+              f"{seen}, segments {[(hex(a), s['total_size']) for a, s in segs.items()]}")
+        missed = r.out.values.get("MISSED", [])
+        check(len(missed) == 2, f"{variant}: program printed MISSED {missed}")
+        check(int(missed[0][0], 16) not in segs,
+              f"{variant}: the allocation made before memtrace looked is in the snapshot: the case proves nothing")
+        print(f"  {variant}: {named[0]}")
+
+
 # snapshots on demand --------------------------------------------------------------------------
 
 def check_on_demand(ctx, r, reason_word, at_least):
@@ -1544,8 +1581,10 @@ def case_thread_exit(ctx):
 
 @case
 def case_fork_child(ctx):
-    """A forked child records and writes its own snapshot, holding only its own allocations; in
-    caching mode the child starts with no allocator (the parent's segments are not its own)."""
+    """A child forked before the parent initialised CUDA records and writes its own snapshot,
+    holding only its own allocations; in caching mode it starts with no allocator (the parent's
+    segments are not its own). A child forked after the parent allocated gets the driver's refusal
+    exactly as without memtrace, and its snapshot holds none of the parent's memory."""
     ctx.need_preload()
     ctx.need_sim()
     for mode in ("passthrough", "caching"):
@@ -1556,16 +1595,26 @@ def fork_child_once(ctx, mode):
     prog = ctx.program("fork_child")
     outdir = os.path.join(ctx.tmp, "fork-" + mode)
     os.makedirs(outdir)
+    plain = ctx.run([prog], preload=False)
     r = ctx.run([prog], output=os.path.join(outdir, "mt-%p.pickle"), env={"MEMTRACE_ALLOCATOR": mode})
     expect_ok(r, f"fork_child ({mode})")
+    late = [l for l in r.stdout.splitlines() if l.startswith("LATE ") and not l.startswith("LATE PID")]
+    plain_late = [l for l in plain.stdout.splitlines() if l.startswith("LATE ") and not l.startswith("LATE PID")]
+    check(late == plain_late and "LATE RC late_alloc 3" in late,
+          f"the late child: {late} with memtrace, {plain_late} without\n{r.describe()}")
+    check(r.out.values.get("LATE_STATUS") == [["0"]], f"late child status {r.out.values.get('LATE_STATUS')}")
+    lpid = int([l.split()[2] for l in r.stdout.splitlines() if l.startswith("LATE PID")][0])
     child = ProgramOutput(r.stdout, child=True)
     check(child.done, f"the child did not finish\n{r.describe()}")
     check(r.out.values.get("CHILD_STATUS") == [["0"]], f"child status {r.out.values.get('CHILD_STATUS')}")
     ppid = int(r.out.values["PID"][0][0])
     cpid = int(child.values["PID"][0][0])
     files = sorted(os.listdir(outdir))
-    check(files == sorted([f"mt-{ppid}.pickle", f"mt-{cpid}.pickle"]),
-          f"snapshots {files}, expected one for the parent ({ppid}) and one for the child ({cpid})")
+    check(files == sorted([f"mt-{ppid}.pickle", f"mt-{cpid}.pickle", f"mt-{lpid}.pickle"]),
+          f"snapshots {files}, expected one for the parent ({ppid}) and one for each child ({cpid}, {lpid})")
+    late_snap = Snapshot(os.path.join(outdir, f"mt-{lpid}.pickle"))
+    check(not late_snap.segments and not late_snap.actions("alloc"),
+          f"the late child's snapshot shows memory it never had: {late_snap.segments}")
     parent_snap = Snapshot(os.path.join(outdir, f"mt-{ppid}.pickle"))
     child_snap = Snapshot(os.path.join(outdir, f"mt-{cpid}.pickle"))
     for who, snap, out in (("parent", parent_snap, r.out), ("child", child_snap, child)):
