@@ -17,7 +17,8 @@ enum class Action : uint8_t {
 };
 constexpr int kActionCount = 9;
 
-// Spelled exactly as PyTorch's snapshot writes them (snapshot-format.md §1.5).
+// Spelled exactly as PyTorch's snapshot writes them (docs/snapshot-format.md, "Trace entries and
+// their actions").
 const char* action_name(Action a);
 // Parses one name; returns false for an unknown one.
 bool parse_action(const char* name, Action* out);

@@ -1,6 +1,7 @@
 // A streaming pickle emitter restricted to the opcode subset every PyTorch memory viewer parses
-// (snapshot-format.md §2.4): PROTO 4 (no FRAME), EMPTY_DICT/EMPTY_LIST with MARK ... SETITEMS /
-// APPENDS batches of at most 1000, SHORT_BINUNICODE/BINUNICODE (always valid UTF-8),
+// (docs/snapshot-format.md, "The pickle subset memtrace writes"): PROTO 4 (no FRAME),
+// EMPTY_DICT/EMPTY_LIST with MARK ... SETITEMS / APPENDS batches of at most 1000,
+// SHORT_BINUNICODE/BINUNICODE (always valid UTF-8),
 // BININT1/BININT2/BININT/LONG1 (minimal two's complement, never more than 8 bytes), BINFLOAT,
 // NEWTRUE/NEWFALSE, NONE, TUPLE2, MEMOIZE + BINGET/LONG_BINGET, STOP.
 //
@@ -31,7 +32,8 @@ class PickleWriter {
   void begin() { put2(0x80, 4); }  // PROTO 4
   void end() { put1('.'); }        // STOP
 
-  // Containers. Nesting deeper than kMaxDepth is a programming error (asserted, then ignored).
+  // Containers. Nesting deeper than kMaxDepth is a programming error: begin_list() and
+  // begin_dict() then throw std::length_error, writing nothing (dump_snapshot catches it).
   void begin_list();
   void end_list();
   void begin_dict();

@@ -1,11 +1,12 @@
-// Decisions taken here, and why (snapshot-format.md and PyTorch's MemoryViz.js /
+// Decisions taken here, and why (docs/snapshot-format.md; PyTorch's MemoryViz.js /
 // process_alloc_data.js were read for each):
 //
-// * Categories and the viewer's 'unknown' rule (§7 item 8). annotate_snapshot() collects every
-//   trace entry's `category` into snapshot.categories, and then, if the list is non-empty but has no
-//   'unknown', the viewers up to 2025 call `snapshot.categores.push('unknown')` (misspelt: a
-//   TypeError, the file does not load). Newer viewers push 'unknown' themselves; both colour blocks
-//   rebuilt from `segments` (which have no category) as 'unknown'. memtrace gives EVERY device entry a
+// * Categories and the viewer's 'unknown' rule (docs/snapshot-format.md, "The viewer's 'unknown'
+//   category"). annotate_snapshot() collects every trace entry's `category` into
+//   snapshot.categories, and then, if the list is non-empty but has no 'unknown', calls
+//   `snapshot.categores.push('unknown')` (misspelt: a TypeError, the file does not load). Every
+//   viewer version read still has that line; all of them also colour blocks rebuilt from
+//   `segments` (which have no category) as 'unknown'. memtrace gives EVERY device entry a
 //   category (the owner of its stack; 'unknown' when it has no stack), and when no device entry ends
 //   up 'unknown', appends one `snapshot` entry (addr 0, size = the device's live bytes, category
 //   'unknown') to the device list holding the newest entry. PyTorch itself records `snapshot`
@@ -22,7 +23,8 @@
 // * Pinned host memory: HostPinned/HostRegistered records (and anything not tied to a device index)
 //   go to `host_segments`, a list of segment dicts shaped exactly like device segments but with
 //   device -1, and their entries to `host_traces`, ONE flat list (not per device) of trace-entry
-//   dicts. PyTorch's own format (PR #182407, 2026) could not be read; this is the §6 best guess.
+//   dicts. PyTorch's own format (PR #182407, 2026) could not be read; this is the best guess of
+//   docs/snapshot-format.md, "Pinned host memory: host_segments and host_traces".
 //   Neither key is written when no host memory was seen, and no viewer reads them.
 //
 // * Caching allocator (MEMTRACE_ALLOCATOR=caching). Its segments and blocks are separate Cached
@@ -40,8 +42,9 @@
 //
 // * Sharing. Frame dicts, frame lists (including the empty one), file names, notes, categories,
 //   dict keys and constant values are memoized and referred back with BINGET/LONG_BINGET; trace
-//   entries, blocks and segments never are (the viewer mutates them in place, §2.5 c). To keep the
-//   frequent references 2-byte BINGETs (memo index < 256), device_traces is written before
+//   entries, blocks and segments never are (the viewer mutates them in place: docs/snapshot-format.md,
+//   "Objects the viewer mutates are never shared"). To keep the frequent references 2-byte
+//   BINGETs (memo index < 256), device_traces is written before
 //   segments and `frames` is the last key of a trace entry: the first entry memoizes every entry
 //   key before the first frame. (Key and top-level order mean nothing to any reader.) Measured:
 //   about 60 bytes per trace entry.

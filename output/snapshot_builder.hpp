@@ -1,5 +1,5 @@
-// StateCopy -> the dict PyTorch's memory viewer and _memory_viz.py read (snapshot-format.md §1),
-// pickled straight into a PickleWriter.
+// StateCopy -> the dict PyTorch's memory viewer and _memory_viz.py read (docs/snapshot-format.md,
+// "The snapshot dict"), pickled straight into a PickleWriter.
 //
 // Shape written (in this order):
 //   device_traces  one list per device index 0..N-1 (N >= 1 and covers every device used), oldest

@@ -1,5 +1,6 @@
 // Every name memtrace hooks, in one place. Exact names only: classifying by prefix is how
-// other interposers ended up hijacking cuDNN (interposition.md §1.7).
+// other interposers ended up hijacking cuDNN (docs/interposition.md, "Why hooks match exact names,
+// never a prefix").
 #pragma once
 
 // Driver entry points memtrace wraps and exports (modern ABIs only; the legacy unversioned

@@ -1,8 +1,8 @@
 // One device's memory over the kept history: the figures now and at the peak, and which allocations
 // were alive at the peak and at the end. Every analysis command starts from this.
 //
-// How the history is replayed (the rules of the viewer's Active Memory Timeline, snapshot-format.md
-// §3.2, made exact):
+// How the history is replayed (the rules of the viewer's Active Memory Timeline, docs/snapshot-format.md,
+// "The Active Memory Timeline", made exact):
 //  * An `alloc` opens an allocation at its address; `free_completed` closes the one open there (a
 //    file without any free_completed, e.g. recorded with skip_actions, is closed by free_requested).
 //    A second alloc at an open address closes the first one there (its free was not recorded).

@@ -349,7 +349,7 @@ MergeStats merge_snapshots(const Snapshot& pt, const Snapshot& mt, const MergeOp
       }
     }
   }
-  // Older viewers need 'unknown' among the categories once any entry has one.
+  // Every viewer version read needs 'unknown' among the categories once any entry has one.
   reader::TraceEntry marker;
   marker.action = Action::kSnapshot;
   if (!any_unknown && newest_dev >= 0) {

@@ -17,12 +17,14 @@
 //    (they share its address); memtrace's own `snapshot` markers are dropped too.
 // Every entry names its owner in `category`: memtrace's entries keep theirs (nccl, cublas, ...),
 // PyTorch's get "torch" unless they carry one, and a `snapshot` marker with category 'unknown' is
-// appended when no entry has it (older viewers need 'unknown' among the categories).
+// appended when no entry has it (every viewer version read needs 'unknown' among the categories:
+// docs/snapshot-format.md, "The viewer's 'unknown' category").
 // Limits: an address PyTorch used and later released, then reused by another library, drops that
 // library's allocation too (addresses, not times, decide); clocks that disagree by more than the
 // gap between two events interleave those events in the wrong order.
-// The result satisfies snapshot-format.md §3.4 when both inputs do: segments sorted by (device,
-// address) without overlaps, blocks tiling them, every kept alloc inside a kept segment.
+// The result satisfies docs/snapshot-format.md, "Consistency rules for a writer", when both inputs
+// do: segments sorted by (device, address) without overlaps, blocks tiling them, every kept alloc
+// inside a kept segment.
 #pragma once
 #include <cstddef>
 #include <optional>

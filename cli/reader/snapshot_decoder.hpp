@@ -1,6 +1,6 @@
 // Pickle bytes -> reader::Snapshot: runs the pickle VM with a hook that turns trace-entry and
 // frame dicts into typed records as soon as their items arrive, then walks the known top-level
-// shape (snapshot-format.md §1). May throw std::bad_alloc; load_snapshot_bytes catches it.
+// shape (docs/snapshot-format.md, "The snapshot dict"). May throw std::bad_alloc; load_snapshot_bytes catches it.
 #pragma once
 #include <string>
 #include <string_view>

@@ -1,4 +1,5 @@
-// Parsing of the PYTORCH_CUDA_ALLOC_CONF syntax, and request rounding (§5.2, §5.10).
+// Parsing of the PYTORCH_CUDA_ALLOC_CONF syntax, and request rounding (docs/caching-allocator.md,
+// "Settings: MEMTRACE_ALLOC_CONF" and "Request rounding").
 #include "core/caching/alloc_conf.hpp"
 
 #include <bit>
@@ -193,7 +194,7 @@ class Parser {
   }
 
   // roundup_power2_divisions: one division count for all intervals, or
-  // [<MiB>:<div>, ..., >:<div>] (§5.10).
+  // [<MiB>:<div>, ..., >:<div>] (docs/caching-allocator.md, "Settings: MEMTRACE_ALLOC_CONF").
   void roundup(const std::string& key) {
     if (!eat("[")) {
       if (i_ >= toks_.size() || is_punct(toks_[i_][0])) { warn("option '" + key + "' has no value"); return; }

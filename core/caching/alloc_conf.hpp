@@ -1,5 +1,5 @@
 // The caching allocator's settings, read from a string in PYTORCH_CUDA_ALLOC_CONF syntax
-// (snapshot-format.md §5.10): same keys, same meaning, plus a few memtrace_* keys of our own.
+// (docs/caching-allocator.md, "Settings: MEMTRACE_ALLOC_CONF"): same keys, same meaning, plus a few memtrace_* keys of our own.
 // A string that does not parse never stops the program: each bad piece costs one warning and
 // leaves that setting at its default.
 #pragma once
@@ -57,7 +57,8 @@ struct AllocConf {
 // ignored (a warning only when `backend` asks for anything but `native`).
 AllocConf parse_alloc_conf(std::string_view text, std::vector<std::string>* warnings);
 
-// Request rounding of §5.2: 512-byte minimum/multiple, or power-of-two divisions.
+// Request rounding (docs/caching-allocator.md, "Request rounding"): 512-byte minimum/multiple, or
+// power-of-two divisions.
 size_t round_size(const AllocConf& conf, size_t size);
 // Which interval of roundup_power2_divisions `size` falls in (0..15).
 int roundup_interval(size_t size);

@@ -1,4 +1,5 @@
-// The caching allocator's policy (snapshot-format.md §5) and memtrace's deferred frees.
+// The caching allocator's policy (docs/caching-allocator.md, "PyTorch's policy, and what memtrace
+// adds") and memtrace's deferred frees.
 // Data layout: every segment (a driver allocation, or an expandable reservation) is a doubly linked
 // list of blocks tiling it. Free mapped blocks sit in their pool's set ordered by
 // (stream, size, address) for best fit; unmapped pieces of reservations in a set ordered by
@@ -80,8 +81,8 @@ struct Pool {
 // One malloc's numbers.
 struct Request {
   size_t size;        // as asked
-  size_t rounded;     // §5.2
-  size_t alloc_size;  // §5.3 segment size
+  size_t rounded;     // docs/caching-allocator.md, "Request rounding"
+  size_t alloc_size;  // segment size: docs/caching-allocator.md, "Pools and segment sizes"
   uintptr_t stream;
   Pool* pool;
 };
@@ -210,7 +211,8 @@ struct CachingAllocator::Impl {
     drop_block(src);
   }
 
-  // A block becomes free: merged with its neighbours and put back for reuse (§5.7).
+  // A block becomes free: merged with its neighbours and put back for reuse (docs/caching-allocator.md,
+  // "Freeing and coalescing").
   void complete_free(Block* b) {
     emit(Action::FreeCompleted, b->addr, b->requested, b->size, b->stream);
     b->state = State::Free;
@@ -266,7 +268,7 @@ struct CachingAllocator::Impl {
     if (st.allocated > st.peak_allocated) st.peak_allocated = st.allocated;
   }
 
-  // ---- §5.3 ----
+  // ---- docs/caching-allocator.md, "Pools and segment sizes" ----
   size_t segment_size(size_t rounded) const {
     if (rounded <= kSmallSize) return kSmallBuffer;
     if (rounded < kMinLargeAlloc) return std::max(conf.large_segment_size, round_up(rounded, kRoundLarge));
@@ -277,7 +279,7 @@ struct CachingAllocator::Impl {
     return round_up(conf.large_segment_size, kSmallBuffer);
   }
 
-  // ---- §5.4 ----
+  // ---- docs/caching-allocator.md, "Best-fit search" ----
   Block* get_free_block(Request& r) {
     Pool& p = *r.pool;
     if (gc_enabled()) ++p.searches;
@@ -332,7 +334,8 @@ struct CachingAllocator::Impl {
     return b;
   }
 
-  // Gives a whole-segment free block's segment back (§5.5 step 6, GC, empty_cache).
+  // Gives a whole-segment free block's segment back (the release paths of docs/caching-allocator.md,
+  // "When the device is full: release and retry"; GC; empty_cache).
   void release_segment(Block* b) {
     Segment* s = b->seg;
     free_erase(pool_of(s->kind), b);
@@ -346,8 +349,8 @@ struct CachingAllocator::Impl {
   }
   static bool whole_segment(const Block* b) { return !b->prev && !b->next; }
 
-  // §5.5 step 6, first half: free one oversize cached block big enough, or the largest ones
-  // until enough bytes went back.
+  // docs/caching-allocator.md, "When the device is full: release and retry", step 4: free one
+  // oversize cached block big enough, or the largest ones until enough bytes went back.
   bool release_available_cached_blocks(Request& r) {
     if (conf.max_split_size == kNoMaxSplit) return false;
     Pool& p = *r.pool;
@@ -379,8 +382,9 @@ struct CachingAllocator::Impl {
     return true;
   }
 
-  // §5.5 step 6, second half, and empty_cache: one synchronize, then every wholly free segment
-  // and every whole free page of expandable reservations goes back.
+  // docs/caching-allocator.md, "When the device is full: release and retry", step 5, and
+  // empty_cache: one synchronize, then every wholly free segment and every whole free page of
+  // expandable reservations goes back.
   void release_cached_blocks() {
     backend.synchronize();
     ++st.backend_syncs;
@@ -408,7 +412,8 @@ struct CachingAllocator::Impl {
     for (Segment* s : empty) release_reservation_if_empty(s);
   }
 
-  // §5.8: frees whole, old, cached large segments until reserved is back under the threshold.
+  // docs/caching-allocator.md, "Garbage collection": frees whole, old, cached large segments until
+  // reserved is back under the threshold.
   void garbage_collect() {
     const size_t threshold = static_cast<size_t>(conf.garbage_collection_threshold * static_cast<double>(allowed_max));
     if (st.reserved <= threshold) return;
@@ -436,7 +441,7 @@ struct CachingAllocator::Impl {
     }
   }
 
-  // ---- §5.9 expandable segments ----
+  // ---- expandable segments: docs/caching-allocator.md, "Expandable segments" ----
   static bool allocatable(const Block* b) { return b && b->state == State::Free; }
 
   // The lowest-address run of free-or-unmapped space on this stream that fits `size`; a new
@@ -657,7 +662,7 @@ struct CachingAllocator::Impl {
     return c;
   }
 
-  // ---- §5.6 and the hand-out ----
+  // ---- docs/caching-allocator.md, "Splitting", and the hand-out ----
   bool should_split(const Block* b, size_t rounded) const {
     const size_t remaining = b->size - rounded;
     if (b->seg->kind == PoolKind::Small || expandable) return remaining >= kMinBlockSize;
@@ -730,7 +735,8 @@ struct CachingAllocator::Impl {
     return {hand_out(b, r), 0};
   }
 
-  // §5.5 step 7: the caller gets the backend's code; the trace gets an oom entry.
+  // docs/caching-allocator.md, "When the device is full: release and retry", step 6: the caller
+  // gets the backend's code; the trace gets an oom entry.
   MallocResult oom(const Request& r, int err) {
     ++st.num_ooms;
     size_t free_b = 0, total_b = 0;
@@ -832,7 +838,8 @@ struct CachingAllocator::Impl {
         out.push_back(std::move(v));
         continue;
       }
-      // Each contiguous mapped range is a segment of its own (§5.9).
+      // Each contiguous mapped range is a segment of its own (docs/caching-allocator.md, "Expandable
+      // segments").
       for (const Block* b = s->head; b;) {
         if (!b->mapped) {
           b = b->next;

@@ -1,4 +1,5 @@
-// memtrace's caching allocator: PyTorch's policy (snapshot-format.md §5) over any Backend, plus
+// memtrace's caching allocator: PyTorch's policy (docs/caching-allocator.md, "PyTorch's policy, and
+// what memtrace adds") over any Backend, plus
 // the promise a real free keeps (memory is never handed out again while work submitted before its
 // free may still touch it) and memtrace's own policies. Thread-safe: one lock per allocator, held
 // in every call except while a deferred-free batch is being synchronized (see below).

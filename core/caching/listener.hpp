@@ -1,6 +1,6 @@
 // What the caching allocator tells its owner, one call per allocator action, named as PyTorch's
-// trace entries are (snapshot-format.md §1.5). The preload hooks record these into the trace ring;
-// `memtrace replay` counts them.
+// trace entries are (docs/caching-allocator.md, "Reporting to the recorder: the Listener"). The
+// preload hooks record these into the trace ring; `memtrace replay` counts them.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -9,9 +9,10 @@ is inconsistent (one line per problem, prefixed by the file name when several ar
 usage errors or an unreadable file. From Python: check_snapshot.check_file(path, expect=None)
 returns the list of problems (empty when consistent).
 
-What is checked (snapshot-format.md §2.4, §2.5, §3.4):
-  * opcodes (pickletools.genops): PROTO 4 first, no FRAME, only the §2.4 set, STOP last with nothing
-    after it; MARK batches of at most 1000 items / 1000 pairs; LONG1 at most 8 bytes; every
+What is checked (docs/snapshot-format.md, "The pickle subset memtrace writes", "Pickle pitfalls a
+writer avoids" and "Consistency rules for a writer"):
+  * opcodes (pickletools.genops): PROTO 4 first, no FRAME, only the set of "The pickle subset
+    memtrace writes", STOP last with nothing after it; MARK batches of at most 1000 items / 1000 pairs; LONG1 at most 8 bytes; every
     BINGET/LONG_BINGET refers to an index already stored by MEMOIZE; integers within +-2^53;
   * top level: a dict with segments and device_traces; no 'categories' or 'version' key; known
     keys only (segments, device_traces, allocator_settings, external_annotations, host_segments,
@@ -31,7 +32,8 @@ What is checked (snapshot-format.md §2.4, §2.5, §3.4):
     outside every segment, never removes a segment that still holds a block, and never un-requests
     a block that does not exist (the viewer would throw);
   * categories: if any device trace entry has a category, some entry has category 'unknown'
-    (older viewers throw otherwise);
+    (every viewer version read throws otherwise: docs/snapshot-format.md, "The viewer's 'unknown'
+    category");
   * host_segments / host_traces, when present: segment-shaped dicts with device -1 and a flat list
     of entry dicts.
 

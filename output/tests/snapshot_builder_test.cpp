@@ -424,7 +424,8 @@ TEST_CASE("random histories cut by the ring stay consistent", "[builder]") {
     }
     // Ring sizes that cut inside alloc and free groups, and skip masks that drop one half of the
     // free pairs (the builder completes them). Skipping segment_alloc or segment_free alone is not
-    // repairable (the segment size is gone) and makes files that break §3.4 rule 6.
+    // repairable (the segment size is gone) and makes files that break the rule of
+    // docs/snapshot-format.md, "Segment entries bracket the blocks inside them".
     size_t keep = 500 + static_cast<size_t>(round) * 331;
     uint32_t skip = round == 4   ? (1u << static_cast<int>(Action::FreeCompleted))
                     : round == 5 ? (1u << static_cast<int>(Action::FreeRequested)) | (1u << static_cast<int>(Action::Oom))

@@ -1,4 +1,5 @@
-// Resolution of the driver, done the way the CUDA 13 runtime does it (docs/interposition.md §2.1):
+// Resolution of the driver, done the way the CUDA 13 runtime does it (docs/interposition.md, "How the
+// CUDA runtime finds the driver"):
 //   dlopen("libcuda.so.1") -> dlsym("cuGetProcAddress_v2") -> "" probe -> cuInit@2000 ->
 //   cuGetProcAddress@11030 and @12000 (the second answer is the master resolver) -> every entry point
 //   through the master resolver -> cuDriverGetVersion check -> cuInit(0).

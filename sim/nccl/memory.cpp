@@ -2,8 +2,9 @@
 //
 // With cuMem enabled a buffer is a VMM allocation made in NCCL's order — cuMemCreate, cuMemAddressReserve,
 // cuMemMap, cuMemSetAccess — and freed in NCCL's order — cuMemRetainAllocationHandle, cuMemRelease,
-// cuMemGetAddressRange, cuMemUnmap, cuMemRelease, cuMemAddressFree (interposition.md §3.2). An interposer
-// has to get VMM reference counting right to account for that sequence, which is the point of mimicking it.
+// cuMemGetAddressRange, cuMemUnmap, cuMemRelease, cuMemAddressFree (docs/interposition.md, "How NCCL
+// allocates device memory"). An interposer has to get VMM reference counting right to account for that
+// sequence, which is the point of mimicking it.
 #include <cstdlib>
 #include <map>
 

@@ -1,5 +1,6 @@
-// Allocation entry points. Each maps to the driver function the real runtime uses (interposition.md §5.2),
-// so an interposer at the driver sees the same calls under the simulated runtime as under the real one.
+// Allocation entry points. Each maps to the driver function the real runtime uses (docs/interposition.md,
+// "What each runtime allocation call becomes at the driver"), so an interposer at the driver sees the same
+// calls under the simulated runtime as under the real one.
 #include "internal.h"
 
 namespace simcudart {

@@ -60,7 +60,8 @@ class Settings:
         self._parse(conf)
 
     def _parse(self, conf):
-        # The tokenizer of section 5.10: split on , : [ ] and drop whitespace.
+        # The tokenizer of docs/caching-allocator.md, "Settings: MEMTRACE_ALLOC_CONF": split on
+        # , : [ ] and drop whitespace.
         tokens = []
         cur = ""
         for ch in conf:
@@ -132,7 +133,8 @@ class Settings:
         return i + 1
 
     def as_snapshot_dict(self):
-        """allocator_settings as PyTorch writes them (section 1.6)."""
+        """allocator_settings as PyTorch writes them (docs/snapshot-format.md, "allocator_settings
+        and memtrace's metadata")."""
         return {
             "PYTORCH_CUDA_ALLOC_CONF": self.conf,
             "max_split_size": -1 if self.max_split_size == UNLIMITED else self.max_split_size,

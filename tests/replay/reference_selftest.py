@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Checks the reference allocator against the worked examples and rules of snapshot-format.md §5,
-so that a disagreement with `memtrace replay` points at the right side. Exit 0 when all pass."""
+"""Checks the reference allocator against the worked examples and rules of docs/caching-allocator.md
+("PyTorch's policy, and what memtrace adds" and the sections after it), so that a disagreement with
+`memtrace replay` points at the right side. Exit 0 when all pass."""
 
 import os
 import sys
@@ -22,16 +23,17 @@ def segment_allocs(a):
     return [e["size"] for e in a.trace if e["action"] == "segment_alloc"]
 
 
-# §5.2 rounding, with the document's two examples.
+# Rounding (docs/caching-allocator.md, "Request rounding"), with the document's examples.
 zero = [0] * 16
 check(round_size(1, zero) == 512, "tiny requests round to 512")
 check(round_size(513, zero) == 1024, "512-byte multiples")
-check(round_size(5_000_000, [4] * 16) == 5_242_880, "d=4 example of §5.2")
+check(round_size(5_000_000, [4] * 16) == 5_242_880, "d=4 example of Request rounding")
 check(round_size(600 * KIB, [8] * 16) == 640 * KIB, "d=8 rounds small sizes through interval 0")
 check(round_size(4 * MIB, [4] * 16) == 4 * MIB, "powers of two are kept")
 check(round_size(1000, [4] * 16) == 1024, "below 512*d: plain rounding")
 
-# §5.10 roundup_power2_divisions list form (the 2026 unit test's expectations).
+# roundup_power2_divisions list form (docs/caching-allocator.md, "Settings: MEMTRACE_ALLOC_CONF";
+# the 2026 unit test's expectations).
 s = Settings("roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]")
 want = {64: 8, 128: 8, 256: 16, 512: 1, 1024: 0, 2048: 8, 4096: 2}
 for mib, d in want.items():
@@ -44,14 +46,14 @@ try:
 except ValueError:
     pass
 
-# §5.3 segment sizes and pools.
+# Segment sizes and pools (docs/caching-allocator.md, "Pools and segment sizes").
 a = CachingAllocator(Settings(""))
 a.malloc(100)
 a.malloc(11 * MIB + 1)
 a.malloc(3 * MIB)
 check(segment_allocs(a) == [2 * MIB, 12 * MIB, 20 * MIB], "2 MiB / 20 MiB / 2 MiB-multiple segments")
 
-# §5.4 best fit: smallest block that fits, same stream only.
+# Best fit (docs/caching-allocator.md, "Best-fit search"): smallest block that fits, same stream only.
 a = CachingAllocator(Settings(""))
 p1 = a.malloc(5 * MIB)     # one 20 MiB segment: [5][4][3][8 free]
 a.malloc(4 * MIB)
@@ -63,7 +65,7 @@ check(len(segment_allocs(a)) == 2, "blocks never cross streams")
 r = a.malloc(3 * MIB)
 check(r == p1 and len(segment_allocs(a)) == 2, "best fit takes the smallest free block that fits")
 
-# §5.6 large-pool split rule: remaining must exceed 1 MiB.
+# Large-pool split rule (docs/caching-allocator.md, "Splitting"): remaining must exceed 1 MiB.
 a = CachingAllocator(Settings(""))
 p = a.malloc(19 * MIB + 512)       # 20 MiB segment, remaining 512 KiB: not split
 check(a.allocated[p].size == 20 * MIB, "no split when the large remainder is <= 1 MiB")
@@ -71,7 +73,8 @@ a.free(p)
 p = a.malloc(18 * MIB)            # remaining 2 MiB: split
 check(a.allocated[p].size == 18 * MIB, "split when the large remainder is > 1 MiB")
 
-# §5.4 max_split_size: oversize blocks serve only big requests.
+# max_split_size (docs/caching-allocator.md, "Oversize blocks: max_split_size and
+# max_non_split_rounding"): oversize blocks serve only big requests.
 a = CachingAllocator(Settings("max_split_size_mb:20"))
 p = a.malloc(30 * MIB)
 a.free(p)
@@ -80,14 +83,15 @@ check(segment_allocs(a) == [30 * MIB, 20 * MIB], "small request skips the oversi
 a.malloc(29 * MIB)
 check(len(segment_allocs(a)) == 2, "big request reuses the oversize block")
 
-# §5.7 coalescing.
+# Coalescing (docs/caching-allocator.md, "Freeing and coalescing").
 a = CachingAllocator(Settings(""))
 ps = [a.malloc(100 * KIB) for _ in range(3)]
 for p in (ps[0], ps[2], ps[1]):
     a.free(p)
 check(len(a.free_blocks[True]) == 1 and a.free_blocks[True][0].size == 2 * MIB, "free neighbours merge")
 
-# §5.5 out-of-memory path: release cached whole segments, retry, then oom.
+# Out-of-memory path (docs/caching-allocator.md, "When the device is full: release and retry"):
+# release cached whole segments, retry, then oom.
 a = CachingAllocator(Settings(""), capacity=40 * MIB)
 p = a.malloc(12 * MIB)
 a.free(p)
@@ -100,7 +104,8 @@ try:
 except OutOfMemory:
     check(a.trace[-1]["action"] == "oom" and "addr" not in a.trace[-1], "oom entry without addr")
 
-# §5.9 expandable segments: pages mapped on demand, sized by the rounded request.
+# Expandable segments (docs/caching-allocator.md, "Expandable segments"): pages mapped on demand,
+# sized by the rounded request.
 a = CachingAllocator(Settings("expandable_segments:True"), capacity=8 * GIB)
 p = a.malloc(3 * MIB)
 maps = [e["size"] for e in a.trace if e["action"] == "segment_map"]

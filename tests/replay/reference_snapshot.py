@@ -1,7 +1,7 @@
 """Runs a workload (workloads.py) through the reference allocator and builds the snapshot PyTorch's
-_dump_snapshot would write for it (snapshot-format.md section 1): segments with blocks tiling them,
-one device's trace (optionally cut to the last `max_entries` entries, as PyTorch's ring buffer does),
-fake Python frames shared between entries, allocator_settings.
+_dump_snapshot would write for it (docs/snapshot-format.md, "The snapshot dict"): segments with
+blocks tiling them, one device's trace (optionally cut to the last `max_entries` entries, as
+PyTorch's ring buffer does), fake Python frames shared between entries, allocator_settings.
 
 Also returns the reference's own figures, which the tests compare `memtrace replay` against."""
 

@@ -5,9 +5,10 @@
     python3 tests/replay/run_replay_test.py --memtrace build/bin/memtrace CASE
 
 The snapshots come from reference_allocator.py, a reimplementation of PyTorch's caching-allocator
-policy written from snapshot-format.md §5 independently of memtrace's C++ allocator: replaying a
-snapshot under the settings it was recorded with must make the reference's segment decisions again
-(the same segment_alloc sizes in the same order, the same peaks)."""
+policy written from docs/caching-allocator.md, "PyTorch's policy, and what memtrace adds",
+independently of memtrace's C++ allocator: replaying a snapshot under the settings it was recorded
+with must make the reference's segment decisions again (the same segment_alloc sizes in the same
+order, the same peaks)."""
 
 import argparse
 import json

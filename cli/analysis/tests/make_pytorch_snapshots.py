@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Writes the golden tests' PyTorch-shaped snapshots into data/ (run once; the files are committed).
 
-Shapes follow snapshot-format.md §1 (what torch.cuda.memory._dump_snapshot writes): segments with
-blocks tiling them, device_traces oldest first, frames innermost first, identical frame dicts and
-lists shared (pickle's memo), allocator_settings as PyTorch writes it. Written with pickle
-protocols 2, 4 and 5 (5 uses FRAME like PyTorch's own dumps). Plain python3, deterministic.
+Shapes follow docs/snapshot-format.md, "The snapshot dict" (what torch.cuda.memory._dump_snapshot
+writes): segments with blocks tiling them, device_traces oldest first, frames innermost first,
+identical frame dicts and lists shared (pickle's memo), allocator_settings as PyTorch writes it.
+Written with pickle protocols 2, 4 and 5 (5 uses FRAME like PyTorch's own dumps). Plain python3,
+deterministic.
 
     python3 make_pytorch_snapshots.py [OUT_DIR]
 """

@@ -78,7 +78,8 @@ TEST_CASE("merge keeps PyTorch's segments, adds memtrace's outside them, drops t
   CHECK(st.memtrace_entries_dropped == 2 + 2 + 3 + 1);  // both torch cudaMallocs, one free, the marker
 
   std::string path = write_temp(w.bytes());
-  // §3.4 and the viewer-safe pickle subset, plus what the merged file must hold.
+  // The consistency rules (docs/snapshot-format.md, "Consistency rules for a writer") and the
+  // viewer-safe pickle subset, plus what the merged file must hold.
   std::string cmd = std::string(MEMTRACE_TEST_PYTHON) + " " + MEMTRACE_TEST_CHECKER + " " + path +
                     " --quiet --expect-json '{\"segments\": 2, \"segment_bytes\": {\"0\": 6291456},"
                     " \"entries\": 12, \"actions\": {\"segment_alloc\": 4, \"alloc\": 3, \"segment_free\": 2,"

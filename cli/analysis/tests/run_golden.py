@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden tests of the memtrace analysis commands: runs each case on the committed snapshots in
 data/ and compares exit status, stdout and stderr with expected/<case>.txt. merge's output is also
-loaded with Python's pickle and checked by output/tests/check_snapshot.py (snapshot-format.md §3.4).
+loaded with Python's pickle and checked by output/tests/check_snapshot.py (docs/snapshot-format.md,
+"Consistency rules for a writer").
 
     python3 run_golden.py --memtrace BUILD/bin/memtrace --checker output/tests/check_snapshot.py [--update] [CASE...]
 

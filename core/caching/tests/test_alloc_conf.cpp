@@ -1,4 +1,5 @@
-// PYTORCH_CUDA_ALLOC_CONF parsing and request rounding (snapshot-format.md §5.2, §5.10).
+// PYTORCH_CUDA_ALLOC_CONF parsing and request rounding (docs/caching-allocator.md, "Request rounding"
+// and "Settings: MEMTRACE_ALLOC_CONF").
 #include <catch2/catch.hpp>
 
 #include "core/caching/alloc_conf.hpp"
@@ -46,7 +47,8 @@ TEST_CASE("round_size: 512-byte rounding", "[conf][rounding]") {
   CHECK(round_size(c, 1 * MiB + 1) == 1 * MiB + 512);
 }
 
-TEST_CASE("round_size: the §5.2 examples", "[conf][rounding]") {
+// The worked examples of docs/caching-allocator.md, "Request rounding".
+TEST_CASE("round_size: the documented examples", "[conf][rounding]") {
   // d = 4, s = 5,000,000: f = 4 MiB, step = 1 MiB.
   CHECK(round_size(with_divisions(4), 5000000) == 5242880);
   // d = 8 reaches interval 0, so a 600 KiB request becomes 640 KiB (step 64 KiB).
@@ -68,7 +70,8 @@ TEST_CASE("roundup_interval clamps to 0..15", "[conf][rounding]") {
   CHECK(roundup_interval(size_t{64} << 30) == 15);
 }
 
-TEST_CASE("roundup_power2_divisions: one value and the §5.10 list", "[conf]") {
+// The list form of docs/caching-allocator.md, "Settings: MEMTRACE_ALLOC_CONF".
+TEST_CASE("roundup_power2_divisions: one value and the documented list", "[conf]") {
   AllocConf one = parse_ok("roundup_power2_divisions:4");
   for (uint32_t d : one.roundup_power2_divisions) CHECK(d == 4);
 

@@ -1,4 +1,5 @@
-// Expandable segments (§5.9) and memtrace's remap policy.
+// Expandable segments and memtrace's remap policy (docs/caching-allocator.md, "Expandable segments"
+// and "The remap policy").
 #include <catch2/catch.hpp>
 
 #include "core/caching/tests/fake_backend.hpp"

@@ -24,7 +24,8 @@ size_t last_segment_alloc(const Recorder& rec) {
 }
 }  // namespace
 
-TEST_CASE("pool choice and segment sizes (§5.3)", "[policy]") {
+// docs/caching-allocator.md, "Pools and segment sizes".
+TEST_CASE("pool choice and segment sizes", "[policy]") {
   struct Case {
     size_t request, segment;
     PoolKind pool;
@@ -76,7 +77,8 @@ TEST_CASE("small requests share a 2 MiB segment, packed from its start", "[polic
   CHECK(alloc[0].block_size == 1024);
 }
 
-TEST_CASE("split rules (§5.6)", "[policy][split]") {
+// docs/caching-allocator.md, "Splitting".
+TEST_CASE("split rules", "[policy][split]") {
   FakeBackend be;
   CachingAllocator a(be, conf_of(kImmediate));
   SECTION("large pool splits when more than 1 MiB remains") {
@@ -102,7 +104,8 @@ TEST_CASE("split rules (§5.6)", "[policy][split]") {
   CHECK(a.check_invariants() == "");
 }
 
-TEST_CASE("best fit by (stream, size, address) (§5.4)", "[policy][fit]") {
+// docs/caching-allocator.md, "Best-fit search".
+TEST_CASE("best fit by (stream, size, address)", "[policy][fit]") {
   FakeBackend be;
   Recorder rec;
   CachingAllocator a(be, conf_of(kImmediate), &rec);
@@ -165,7 +168,8 @@ TEST_CASE("empty_cache keeps segments that still hold a block", "[policy][coales
   CHECK(a.block_of(p));
 }
 
-TEST_CASE("max_split_size and max_non_split_rounding (§5.4)", "[policy][max_split]") {
+// docs/caching-allocator.md, "Oversize blocks: max_split_size and max_non_split_rounding".
+TEST_CASE("max_split_size and max_non_split_rounding", "[policy][max_split]") {
   FakeBackend be;
   Recorder rec;
   CachingAllocator a(be, conf_of("max_split_size_mb:40,memtrace_deferred_free:False"), &rec);
@@ -197,7 +201,8 @@ TEST_CASE("max_split_size and max_non_split_rounding (§5.4)", "[policy][max_spl
   CHECK(a.check_invariants() == "");
 }
 
-TEST_CASE("garbage collection frees old whole segments first (§5.8)", "[policy][gc]") {
+// docs/caching-allocator.md, "Garbage collection".
+TEST_CASE("garbage collection frees old whole segments first", "[policy][gc]") {
   FakeBackend be(300 * MiB);
   Recorder rec;
   // Allowed 300 MiB, threshold 150 MiB.
