@@ -9,9 +9,6 @@ constexpr const char* kActionNames[kActionCount] = {
     "alloc",       "free_requested", "free_completed", "segment_alloc", "segment_free",
     "segment_map", "segment_unmap",  "oom",            "snapshot",
 };
-constexpr const char* kKindNames[kMemKindCount] = {
-    "device", "managed", "async", "vmm", "host_pinned", "host_registered", "cached",
-};
 }  // namespace
 
 const char* action_name(Action a) { return kActionNames[static_cast<int>(a)]; }
@@ -25,7 +22,5 @@ bool parse_action(const char* name, Action* out) {
   }
   return false;
 }
-
-const char* mem_kind_name(MemKind k) { return kKindNames[static_cast<int>(k)]; }
 
 }  // namespace memtrace

@@ -37,7 +37,6 @@ enum class MemKind : uint8_t {
                    // (free_requested and free_completed may be apart: deferred frees)
 };
 constexpr int kMemKindCount = 7;
-const char* mem_kind_name(MemKind k);
 inline bool is_host(MemKind k) { return k == MemKind::HostPinned || k == MemKind::HostRegistered; }
 
 // One trace entry. Fixed size, no pointers to heap memory: the ring is a flat array.

@@ -443,6 +443,5 @@ void Recorder::reset_after_fork() {
   stale_replaced_ = 0;
 }
 
-uint64_t Recorder::event_count() const { return ring_.total(); }
 
 }  // namespace memtrace

@@ -83,7 +83,6 @@ class Recorder {
   // In a forked child: the child owns no device memory.
   void reset_after_fork();
 
-  uint64_t event_count() const;
 
  private:
   static constexpr int kShards = 32;

@@ -215,12 +215,6 @@ void start_dump_triggers(const Config& c) {
   if (g_signal > 0 || g_interval_s > 0) ensure_thread();
 }
 
-void request_dump(DumpReason why) {
-  g_pending.fetch_or(why);
-  ensure_thread();
-  if (g_sem_ready.load()) sem_post(&g_wake);
-}
-
 void note_oom_for_dump() {
   if (!g_dump_on_oom) return;
   if (g_oom_dumps.fetch_add(1) >= kMaxOomDumps) return;

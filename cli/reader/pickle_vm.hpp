@@ -122,7 +122,6 @@ class Vm {
   std::string_view str(uint32_t id) const { return strings_[id]; }
   // Moves the string table out (index = id; 0 is ""). The VM must not be used afterwards.
   std::vector<std::string> take_strings();
-  size_t string_count() const { return strings_.size(); }
 
   // ---- values ----
   bool as_i64(Value v, int64_t* out) const;   // ints that fit int64
