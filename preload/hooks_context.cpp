@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "preload/caching_mode.hpp"
+#include "preload/deep_bind.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/record.hpp"
@@ -67,6 +68,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* 
   CUresult r = real(pctx, dev);
   if (r == CUDA_SUCCESS && pctx && *pctx && dev >= 0 && dev < kMaxDevices)
     g_primary[dev].store(*pctx, std::memory_order_release);
+  rebind_bypassing_objects();
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <link.h>
 
 #include "core/log.hpp"
+#include "preload/deep_bind.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/real_dlsym.hpp"
@@ -37,6 +38,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symb
   auto real = real_fn<Hook::cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;  // a program that uses CUDA gets a session (and a snapshot at exit)
+  rebind_bypassing_objects();  // a runtime resolving entry points: a good time to look (deep_bind.cpp)
   CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (r != CUDA_SUCCESS || !pfn || !*pfn) return r;
   if (symbolStatus && *symbolStatus != CU_GET_PROC_ADDRESS_SUCCESS) return r;
@@ -49,6 +51,7 @@ extern "C" MEMTRACE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol,
   auto real = real_fn<Hook::cuGetProcAddress, PFN_cuGetProcAddress_v11030>();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   HookScope scope;
+  rebind_bypassing_objects();
   CUresult r = real(symbol, pfn, cudaVersion, flags);
   if (r != CUDA_SUCCESS || !pfn || !*pfn) return r;
   *pfn = substitute(*pfn, symbol, cudaVersion, flags);
@@ -83,6 +86,7 @@ void* next_after_caller(DlsymFn next, void* caller, const char* name) {
 // stays a pure forwarding tail call.
 __attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const char* name, int id, void* caller) {
   read_debug_flag_once();
+  rebind_bypassing_objects();  // before the lookup: the program's dlerror() state is the lookup's
   void* r = handle == RTLD_NEXT ? next_after_caller(next, caller, name) : next(handle, name);
   if (!r) return r;
   Hook h = static_cast<Hook>(id);

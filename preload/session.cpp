@@ -18,6 +18,7 @@
 #include "core/log.hpp"
 #include "output/dump.hpp"
 #include "preload/caching_mode.hpp"
+#include "preload/deep_bind.hpp"
 #include "preload/dump_triggers.hpp"
 #include "unwind/owner.hpp"
 #include "unwind/python_frames.hpp"
@@ -158,6 +159,8 @@ Session* session_if_active() {
   return st == kReady ? g_session : nullptr;
 }
 
+bool session_ready() { return g_state.load(std::memory_order_acquire) == kReady; }
+
 void read_debug_flag_once() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_acquire)) return;
@@ -249,6 +252,7 @@ std::string template_for(const std::string& tmpl, bool at_exit) {
 void dump_now(const char* reason) {
   Session* s = session_if_active();
   if (!s) return;
+  rebind_bypassing_objects();  // an object that bypasses memtrace is named before the snapshot misses it
   bool was = t_state.in_hook;
   t_state.in_hook = true;
   bool at_exit = std::string_view(reason) == "exit";

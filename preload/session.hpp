@@ -20,6 +20,8 @@ struct Session {
 
 // The session if recording is on, else null. Safe to call from any thread, any time.
 Session* session_if_active();
+// Whether the session is recording now; never starts it.
+bool session_ready();
 
 // Per-thread state. initial-exec TLS: a preloaded library has static TLS, and this keeps
 // every access a single instruction.
