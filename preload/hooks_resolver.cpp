@@ -109,8 +109,10 @@ __attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const cha
 }  // namespace
 
 // dlsym: names that are not ours go on unchanged as a tail call, so glibc still sees the
-// original caller's return address (RTLD_NEXT is relative to the caller). A test
-// disassembles this function to keep it that way.
+// original caller's return address (RTLD_NEXT is relative to the caller). No test inspects the
+// generated code; the process test glue_chain fails if the forward stops being a tail call
+// (libchain's dlsym(RTLD_NEXT, "puts") then finds its own puts instead of libc's). See
+// docs/interposition.md, "Names that are not memtrace's".
 extern "C" MEMTRACE_EXPORT MEMTRACE_NO_SANITIZE void* dlsym(void* handle, const char* name) {
   DlsymFn next = next_dlsym();
   int id = classify_wrapped_name(name);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <new>
 #include <string>
 #include <string_view>
@@ -252,6 +253,8 @@ std::string template_for(const std::string& tmpl, bool at_exit) {
 void dump_now(const char* reason) {
   Session* s = session_if_active();
   if (!s) return;
+  // An out-of-memory dump runs in the program's own thread, between its call and the result.
+  const int saved_errno = errno;
   rebind_bypassing_objects();  // an object that bypasses memtrace is named before the snapshot misses it
   bool was = t_state.in_hook;
   t_state.in_hook = true;
@@ -290,6 +293,7 @@ void dump_now(const char* reason) {
   }
   pthread_mutex_unlock(&g_dump_mutex);
   t_state.in_hook = was;
+  errno = saved_errno;
 }
 
 void before_exit_teardown() {

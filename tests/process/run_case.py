@@ -2151,7 +2151,7 @@ def case_caching_mix(ctx):
 
 
 def replay_expandable_view(snap, d=0):
-    """The viewer's "Allocator State History" for expandable segments (snapshot-format.md §3.3):
+    """The viewer's "Allocator State History" for expandable segments (docs/snapshot-format.md, "The Allocator State History view"):
     undo events newest first, segment_map carving its range out of the segment holding it and
     segment_unmap putting it back (merged with a neighbour); every live block must stay inside a
     segment. (output/tests/check_snapshot.py treats segment_map like segment_alloc, a range of its
