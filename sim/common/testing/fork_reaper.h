@@ -73,4 +73,18 @@ class Reaper {
   int total_ = 0;
 };
 
+// Forks up to n children, each running child() and _exit()ing with what it returns, handing each
+// pid to the reaper as it goes. Returns how many forks failed (the loop stops at the first).
+template <class Child>
+int fork_children(Reaper& reaper, int n, Child child) {
+  for (int i = 0; i < n; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(child());
+    if (pid < 0) return 1;
+    reaper.add(pid);
+    reaper.poll();
+  }
+  return 0;
+}
+
 }  // namespace fork_reaper

@@ -126,17 +126,8 @@ TEST_CASE("a child forked while another thread allocates gets CUDA_ERROR_NOT_INI
 
   constexpr int kForks = 200;
   Reaper reaper;
-  int fork_failures = 0;
-  for (int i = 0; i < kForks && hammer_ran; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(forked_after_init_checks(parent_ptr));
-    if (pid < 0) {
-      ++fork_failures;
-      break;
-    }
-    reaper.add(pid);
-    reaper.poll();
-  }
+  int fork_failures =
+      hammer_ran ? fork_reaper::fork_children(reaper, kForks, [&] { return forked_after_init_checks(parent_ptr); }) : 0;
   const uint64_t rounds_during_forks = rounds.load();
   stop = true;
   hammer.join();
@@ -174,17 +165,7 @@ TEST_CASE("child_fork_before_init", "[.child]") {
   });
   constexpr int kForks = 50;
   Reaper reaper;
-  int fork_failures = 0;
-  for (int i = 0; i < kForks; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(fresh_child_checks());
-    if (pid < 0) {
-      ++fork_failures;
-      break;
-    }
-    reaper.add(pid);
-    reaper.poll();
-  }
+  int fork_failures = fork_reaper::fork_children(reaper, kForks, [] { return fresh_child_checks(); });
   stop = true;
   prober.join();
   reaper.finish();

@@ -481,35 +481,25 @@ TEST_CASE("a child forked while another thread uses the runtime gets cudaErrorIn
 
   constexpr int kForks = 100;
   fork_reaper::Reaper reaper;
-  int fork_failures = 0;
-  for (int i = 0; i < kForks && hammer_ran; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int bad = 0;
-      void* p = nullptr;
-      if (cudaMalloc(&p, 4096) != cudaErrorInitializationError) bad |= 1;
-      if (cudaSetDevice(0) != cudaErrorInitializationError) bad |= 2;
-      if (cudaFree(parent_ptr) != cudaErrorInitializationError) bad |= 4;
-      if (cudaDeviceSynchronize() != cudaErrorInitializationError) bad |= 8;
-      int v = 0;
-      if (cudaRuntimeGetVersion(&v) != cudaSuccess || v != 13000) bad |= 16;
-      // The kernel registry stays usable (registration never needs the device); a launch does not.
-      static int child_stub;
-      void** module = __cudaRegisterFatBinary(fork_fatbin);
-      __cudaRegisterFunction(module, reinterpret_cast<const char*>(&child_stub), nullptr, "child", -1, nullptr,
-                             nullptr, nullptr, nullptr, nullptr);
-      if (cudaLaunchKernel(&child_stub, dim3(1), dim3(1), nullptr, 0, nullptr) != cudaErrorInitializationError)
-        bad |= 32;
-      __cudaUnregisterFatBinary(module);
-      _exit(bad);
-    }
-    if (pid < 0) {
-      ++fork_failures;
-      break;
-    }
-    reaper.add(pid);
-    reaper.poll();
-  }
+  int fork_failures = hammer_ran ? fork_reaper::fork_children(reaper, kForks, [&] {
+    int bad = 0;
+    void* p = nullptr;
+    if (cudaMalloc(&p, 4096) != cudaErrorInitializationError) bad |= 1;
+    if (cudaSetDevice(0) != cudaErrorInitializationError) bad |= 2;
+    if (cudaFree(parent_ptr) != cudaErrorInitializationError) bad |= 4;
+    if (cudaDeviceSynchronize() != cudaErrorInitializationError) bad |= 8;
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) != cudaSuccess || v != 13000) bad |= 16;
+    // The kernel registry stays usable (registration never needs the device); a launch does not.
+    static int child_stub;
+    void** module = __cudaRegisterFatBinary(fork_fatbin);
+    __cudaRegisterFunction(module, reinterpret_cast<const char*>(&child_stub), nullptr, "child", -1, nullptr,
+                           nullptr, nullptr, nullptr, nullptr);
+    if (cudaLaunchKernel(&child_stub, dim3(1), dim3(1), nullptr, 0, nullptr) != cudaErrorInitializationError)
+      bad |= 32;
+    __cudaUnregisterFatBinary(module);
+    return bad;
+  }) : 0;
   stop = true;
   hammer.join();
   selector.join();
