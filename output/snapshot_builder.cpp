@@ -54,6 +54,9 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <type_traits>
+#include <variant>
 #include <unordered_map>
 #include <vector>
 
@@ -726,44 +729,73 @@ class Builder {
     w_.end_dict();
   }
 
+  // One described value, as the pickle writer spells it.
+  void setting_value(const format::Setting& st) {
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, std::monostate>)
+            w_.none();
+          else if constexpr (std::is_same_v<T, bool>)
+            w_.boolean(v);
+          else if constexpr (std::is_same_v<T, int64_t>)
+            w_.integer(v);
+          else if constexpr (std::is_same_v<T, uint64_t>)
+            w_.uinteger(v);
+          else if constexpr (std::is_same_v<T, double>)
+            w_.float64(v);
+          else if constexpr (std::is_same_v<T, std::string>) {
+            if (v.empty())
+              cstr(vEmpty);
+            else
+              w_.str(v);
+          } else {
+            w_.begin_dict();
+            for (const auto& [k, n] : v) {
+              w_.key(k);
+              w_.integer(n);
+            }
+            w_.end_dict();
+          }
+        },
+        st.value);
+  }
+
   void allocator_settings() {
     const AllocatorSettings& as = o_.allocator;
+    // PyTorch's keys and defaults, in the order PyTorch writes them; a described setting of the
+    // same key replaces the default.
+    format::IntDict divisions;
+    for (int i = 0; i < 16; ++i) divisions.emplace_back(std::to_string(1 << i), 0);
+    const format::Setting defaults[] = {
+        {"PYTORCH_CUDA_ALLOC_CONF", std::string()},
+        {"max_split_size", int64_t{-1}},
+        {"garbage_collection_threshold", 0.0},
+        {"expandable_segments", false},
+        {"pinned_num_register_threads", int64_t{1}},
+        {"release_lock_on_cudamalloc", false},
+        {"pinned_use_cuda_host_register", false},
+        {"graph_capture_record_stream_reuse", false},
+        {"roundup_power2_divisions", std::move(divisions)},
+    };
+    auto described = [&](std::string_view key) -> const format::Setting* {
+      for (const format::Setting& st : as.pytorch)
+        if (st.key == key) return &st;
+      return nullptr;
+    };
     w_.begin_dict();
-    w_.key("PYTORCH_CUDA_ALLOC_CONF");
-    if (as.conf.empty())
-      cstr(vEmpty);
-    else
-      w_.str(as.conf);
-    w_.key("max_split_size");
-    w_.integer(as.max_split_size);
-    w_.key("garbage_collection_threshold");
-    w_.float64(as.garbage_collection_threshold);
-    w_.key("expandable_segments");
-    w_.boolean(as.expandable_segments);
-    w_.key("pinned_num_register_threads");
-    w_.integer(1);
-    w_.key("release_lock_on_cudamalloc");
-    w_.boolean(as.release_lock_on_cudamalloc);
-    w_.key("pinned_use_cuda_host_register");
-    w_.boolean(false);
-    w_.key("graph_capture_record_stream_reuse");
-    w_.boolean(false);
-    w_.key("roundup_power2_divisions");
-    w_.begin_dict();
-    char buf[8];
-    for (int i = 0; i < 16; ++i) {
-      int v = 1 << i;
-      int len = 0;
-      char tmp[8];
-      do {
-        tmp[len++] = static_cast<char>('0' + v % 10);
-        v /= 10;
-      } while (v);
-      for (int k = 0; k < len; ++k) buf[k] = tmp[len - 1 - k];
-      w_.key(std::string_view(buf, static_cast<size_t>(len)));
-      w_.integer(as.roundup_power2_divisions[i]);
+    for (const format::Setting& d : defaults) {
+      const format::Setting* st = described(d.key);
+      w_.key(d.key);
+      setting_value(st ? *st : d);
     }
-    w_.end_dict();
+    for (const format::Setting& st : as.pytorch) {
+      bool is_default = false;
+      for (const format::Setting& d : defaults) is_default = is_default || d.key == st.key;
+      if (is_default) continue;
+      w_.key(st.key);
+      setting_value(st);
+    }
     w_.key("trace_alloc_max_entries");
     w_.uinteger(s_.ring_capacity);
     w_.key("trace_alloc_overflowed");
@@ -776,23 +808,11 @@ class Builder {
     w_.begin_dict();
     w_.key("allocator");
     w_.str(as.mode);
-    if (as.cached) {
-      // memtrace's own allocator keys, and PyTorch's that have no top-level slot.
-      w_.key("policy");
-      w_.str(as.policy);
-      w_.key("deferred_free");
-      w_.boolean(as.deferred_free);
-      w_.key("free_batch_bytes");
-      w_.uinteger(as.free_batch_bytes);
-      w_.key("max_non_split_rounding");
-      w_.uinteger(as.max_non_split_rounding);
-      w_.key("large_segment_size");
-      w_.uinteger(as.large_segment_size);
-      w_.key("per_process_memory_fraction");
-      if (as.per_process_memory_fraction < 0)
-        w_.none();
-      else
-        w_.float64(as.per_process_memory_fraction);
+    for (const format::Setting& st : as.memtrace) {
+      w_.key(st.key);
+      setting_value(st);
+    }
+    if (!as.memtrace.empty()) {
       w_.key("orphan_blocks");
       w_.uinteger(st_.orphan_blocks);
     }

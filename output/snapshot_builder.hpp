@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/records.hpp"
+#include "format/setting.hpp"
 #include "output/frame_source.hpp"
 #include "output/pickle_writer.hpp"
 
@@ -35,23 +36,16 @@ struct SnapshotMeta {
   std::string reason;     // why the dump happened: "exit", "signal", "oom", ...
 };
 
-// Which allocator served the program and its settings, for allocator_settings. Plain values,
-// so that output/ does not depend on core/caching/.
+// Which allocator served the program and how it was set, for allocator_settings. The owner of the
+// settings describes them (preload/caching_mode.cpp); this side only writes them.
 struct AllocatorSettings {
   std::string mode = "passthrough";  // allocator_settings['memtrace']['allocator']
-  bool cached = false;               // a caching allocator ran: the fields below are its conf
-  std::string conf;                  // the MEMTRACE_ALLOC_CONF string parsed
-  int64_t max_split_size = -1;       // -1: unlimited
-  double garbage_collection_threshold = 0;
-  bool expandable_segments = false;
-  bool release_lock_on_cudamalloc = false;
-  uint32_t roundup_power2_divisions[16] = {};
-  uint64_t max_non_split_rounding = 20 << 20;
-  uint64_t large_segment_size = 20 << 20;
-  double per_process_memory_fraction = -1;  // -1: unset
-  std::string policy = "pytorch";
-  bool deferred_free = true;
-  uint64_t free_batch_bytes = 0;
+  // PyTorch's top-level keys: each replaces the default of the same key (PyTorch's defaults are
+  // written for the others); a key PyTorch does not have is written after them.
+  format::Settings pytorch;
+  // memtrace's own allocator keys, and PyTorch's that have no top-level slot: written into
+  // allocator_settings['memtrace'] after 'allocator'. Non-empty exactly when a caching allocator ran.
+  format::Settings memtrace;
 };
 
 struct BuildOptions {

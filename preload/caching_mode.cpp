@@ -452,24 +452,32 @@ output::AllocatorSettings settings() {
   out.mode = enabled() ? "caching" : (any_allocator() ? "passthrough+memtrace_malloc" : "passthrough");
   if (!caching) return out;
   const caching::AllocConf& c = conf();
-  out.cached = true;
-  out.conf = c.source;
-  out.max_split_size = c.max_split_size == caching::kNoMaxSplit ? -1 : static_cast<int64_t>(c.max_split_size);
-  out.garbage_collection_threshold = c.garbage_collection_threshold;
-  out.expandable_segments = c.expandable_segments;
   // What the allocators really do: without virtual-memory support they fall back to segments.
+  bool expandable = c.expandable_segments;
   each_allocator([&](caching::CachingAllocator& a) {
-    out.expandable_segments = a.expandable_active() && c.expandable_segments;
+    expandable = a.expandable_active() && c.expandable_segments;
     return true;
   });
-  out.release_lock_on_cudamalloc = c.release_lock_on_cudamalloc;
-  for (int i = 0; i < 16; ++i) out.roundup_power2_divisions[i] = c.roundup_power2_divisions[i];
-  out.max_non_split_rounding = c.max_non_split_rounding;
-  out.large_segment_size = c.large_segment_size;
-  out.per_process_memory_fraction = c.per_process_memory_fraction ? *c.per_process_memory_fraction : -1.0;
-  out.policy = caching::policy_name(c.policy);
-  out.deferred_free = c.deferred_free;
-  out.free_batch_bytes = c.free_batch_bytes;
+  format::IntDict divisions;
+  for (int i = 0; i < 16; ++i) divisions.emplace_back(std::to_string(1 << i), c.roundup_power2_divisions[i]);
+  out.pytorch = {
+      {"PYTORCH_CUDA_ALLOC_CONF", c.source},
+      {"max_split_size", c.max_split_size == caching::kNoMaxSplit ? int64_t{-1} : static_cast<int64_t>(c.max_split_size)},
+      {"garbage_collection_threshold", c.garbage_collection_threshold},
+      {"expandable_segments", expandable},
+      {"release_lock_on_cudamalloc", c.release_lock_on_cudamalloc},
+      {"roundup_power2_divisions", std::move(divisions)},
+  };
+  format::Setting fraction{"per_process_memory_fraction", std::monostate{}};
+  if (c.per_process_memory_fraction) fraction.value = *c.per_process_memory_fraction;
+  out.memtrace = {
+      {"policy", std::string(caching::policy_name(c.policy))},
+      {"deferred_free", c.deferred_free},
+      {"free_batch_bytes", static_cast<uint64_t>(c.free_batch_bytes)},
+      {"max_non_split_rounding", static_cast<uint64_t>(c.max_non_split_rounding)},
+      {"large_segment_size", static_cast<uint64_t>(c.large_segment_size)},
+      std::move(fraction),
+  };
   return out;
 }
 

@@ -97,7 +97,7 @@ TEST_CASE("memtrace's own snapshot reads back") {
   // Written with memtrace's caching allocator in charge.
   memtrace::output::PickleWriter w2;
   o.allocator.mode = "caching";
-  o.allocator.cached = true;
+  o.allocator.memtrace = {{"policy", std::string("pytorch")}};
   memtrace::output::build_snapshot(st, src, o, w2);
   r::LoadResult cached = r::load_snapshot_bytes(w2.bytes(), "cached.pickle");
   REQUIRE_FALSE(cached.error.has_value());
