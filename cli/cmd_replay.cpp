@@ -228,14 +228,14 @@ struct Plan {
   std::vector<uint64_t> segment_frees, segment_maps, segment_unmaps;
 };
 
-bool is_release(rd::Action a) { return a == rd::Action::kSegmentFree || a == rd::Action::kSegmentUnmap; }
+bool is_release(rd::Action a) { return a == rd::Action::SegmentFree || a == rd::Action::SegmentUnmap; }
 
 // Marks the first entry of each run of segment_free/segment_unmap entries that is the program's
 // empty_cache() (see the top of the file) and counts both kinds of release into `p`.
 std::vector<bool> empty_cache_runs(const std::vector<rd::TraceEntry>& trace, Plan* p) {
   std::vector<bool> at(trace.size(), false);
   auto passed_over = [](rd::Action a) {  // entries that neither end a release nor start an allocation
-    return a == rd::Action::kSnapshot || a == rd::Action::kOther;
+    return a == rd::Action::Snapshot || a == rd::Action::Other;
   };
   size_t i = 0;
   while (i < trace.size()) {
@@ -248,13 +248,13 @@ std::vector<bool> empty_cache_runs(const std::vector<rd::TraceEntry>& trace, Pla
     // What follows the run: the allocation that released, or anything else. A free_completed here
     // is an allocation's processing of record_stream events, not the program's.
     size_t j = i;
-    while (j < trace.size() && (passed_over(trace[j].action) || trace[j].action == rd::Action::kFreeCompleted ||
+    while (j < trace.size() && (passed_over(trace[j].action) || trace[j].action == rd::Action::FreeCompleted ||
                                 is_release(trace[j].action)))
       ++j;
     bool by_allocation = false;
     if (j < trace.size()) {
       rd::Action a = trace[j].action;
-      by_allocation = (a == rd::Action::kSegmentAlloc || a == rd::Action::kSegmentMap || a == rd::Action::kOom) &&
+      by_allocation = (a == rd::Action::SegmentAlloc || a == rd::Action::SegmentMap || a == rd::Action::Oom) &&
                       trace[j].stack == trace[first].stack;
     }
     if (by_allocation) {
@@ -300,7 +300,7 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
     const rd::TraceEntry& e = trace[i];
     const int64_t ev = static_cast<int64_t>(i);
     switch (e.action) {
-      case rd::Action::kAlloc: {
+      case rd::Action::Alloc: {
         State& s = at[e.addr];
         if (s.pending >= 0) close_pending(s);  // its free_completed never came
         if (s.live) {                          // allocated twice without a free: the free is lost
@@ -313,10 +313,10 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
         ++p.allocs;
         break;
       }
-      case rd::Action::kFreeRequested:
-      case rd::Action::kFreeCompleted: {
+      case rd::Action::FreeRequested:
+      case rd::Action::FreeCompleted: {
         State& s = at[e.addr];
-        bool completed = e.action == rd::Action::kFreeCompleted;
+        bool completed = e.action == rd::Action::FreeCompleted;
         if (completed && s.pending >= 0) {
           s.pending = -1;
           s.live = false;
@@ -341,17 +341,17 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
         }
         break;
       }
-      case rd::Action::kOom:
+      case rd::Action::Oom:
         p.ops.push_back(Op{OpKind::RecordedOom, true, ev, 0, e.size, e.stream});
         ++p.recorded_ooms;
         break;
-      case rd::Action::kSegmentAlloc: p.segment_allocs.emplace_back(e.addr, e.size); break;
-      case rd::Action::kSegmentFree:
-      case rd::Action::kSegmentUnmap:
+      case rd::Action::SegmentAlloc: p.segment_allocs.emplace_back(e.addr, e.size); break;
+      case rd::Action::SegmentFree:
+      case rd::Action::SegmentUnmap:
         if (empty_cache_at[i]) p.ops.push_back(Op{OpKind::EmptyCache, true, ev, 0, 0, 0});
-        (e.action == rd::Action::kSegmentFree ? p.segment_frees : p.segment_unmaps).push_back(e.size);
+        (e.action == rd::Action::SegmentFree ? p.segment_frees : p.segment_unmaps).push_back(e.size);
         break;
-      case rd::Action::kSegmentMap: p.segment_maps.push_back(e.size); break;
+      case rd::Action::SegmentMap: p.segment_maps.push_back(e.size); break;
       default: break;
     }
   }
@@ -362,7 +362,7 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
   for (const rd::Segment& seg : snap.segments) {
     if (seg.device != device) continue;
     for (const rd::Block& b : seg.blocks) {
-      if (b.state != rd::BlockState::kActiveAllocated && b.state != rd::BlockState::kActivePendingFree) continue;
+      if (b.state != rd::BlockState::ActiveAllocated && b.state != rd::BlockState::ActivePendingFree) continue;
       auto it = at.find(b.address);
       if (it != at.end() && (it->second.live || it->second.allocated_in_trace)) continue;
       if (pre.count(b.address)) continue;

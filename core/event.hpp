@@ -2,26 +2,15 @@
 #pragma once
 #include <cstdint>
 
+#include "format/schema.hpp"
+
 namespace memtrace {
 
-enum class Action : uint8_t {
-  Alloc,
-  FreeRequested,
-  FreeCompleted,
-  SegmentAlloc,
-  SegmentFree,
-  SegmentMap,
-  SegmentUnmap,
-  Oom,
-  Snapshot,
-};
-constexpr int kActionCount = 9;
-
-// Spelled exactly as PyTorch's snapshot writes them (docs/snapshot-format.md, "Trace entries and
-// their actions").
-const char* action_name(Action a);
-// Parses one name; returns false for an unknown one.
-bool parse_action(const char* name, Action* out);
+// The one action enumeration, shared with the snapshot writer and reader (format/schema.hpp).
+using format::Action;
+using format::action_name;
+using format::kActionCount;
+using format::parse_action;
 
 // Which allocation family produced a record: decides device vs host accounting
 // and lets the summary break totals down.

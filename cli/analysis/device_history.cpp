@@ -18,7 +18,7 @@ namespace {
 
 constexpr uint32_t kNever = UINT32_MAX;
 
-bool is_live(BlockState st) { return st == BlockState::kActiveAllocated || st == BlockState::kActivePendingFree; }
+bool is_live(BlockState st) { return st == BlockState::ActiveAllocated || st == BlockState::ActivePendingFree; }
 
 // Running sums are 128-bit: up to 2^32 entries of up to 2^64 bytes each (hostile files included)
 // cannot overflow them.
@@ -32,11 +32,11 @@ uint64_t clamp_bytes(Sum v) {
 
 Sum segment_delta(const reader::TraceEntry& e) {
   switch (e.action) {
-    case Action::kSegmentAlloc:
-    case Action::kSegmentMap:
+    case Action::SegmentAlloc:
+    case Action::SegmentMap:
       return static_cast<Sum>(e.size);
-    case Action::kSegmentFree:
-    case Action::kSegmentUnmap:
+    case Action::SegmentFree:
+    case Action::SegmentUnmap:
       return -static_cast<Sum>(e.size);
     default:
       return 0;
@@ -55,14 +55,14 @@ DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_se
 
   bool any_completed = false;
   for (size_t i = 0; i < n; ++i) {
-    if (tr[i].action == Action::kFreeCompleted) any_completed = true;
+    if (tr[i].action == Action::FreeCompleted) any_completed = true;
     int64_t t = tr[i].time_us;
     if (t != 0) {
       if (h.first_time_us == 0 || t < h.first_time_us) h.first_time_us = t;
       if (t > h.last_time_us) h.last_time_us = t;
     }
   }
-  const Action closer = any_completed ? Action::kFreeCompleted : Action::kFreeRequested;
+  const Action closer = any_completed ? Action::FreeCompleted : Action::FreeRequested;
 
   // Pass 1: pair allocs with their frees; running sums relative to the (still unknown) start.
   std::vector<uint32_t> closed_at(with_sets ? n : 0, kNever);
@@ -75,7 +75,7 @@ DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_se
   Sum unknown_free_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     const reader::TraceEntry& e = tr[i];
-    if (e.action == Action::kAlloc) {
+    if (e.action == Action::Alloc) {
       auto [it, inserted] = open.try_emplace(e.addr, static_cast<uint32_t>(i));
       if (!inserted) {  // its free was not recorded: it ends here
         alloc_sum -= static_cast<Sum>(tr[it->second].size);
@@ -158,7 +158,7 @@ DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_se
       if (static_cast<int64_t>(i) > peak_index) h.live_at_peak.push_back({tr[i].addr, tr[i].size, tr[i].stack, tr[i].category});
     for (int64_t i = 0; i <= peak_index; ++i) {
       const reader::TraceEntry& e = tr[i];
-      if (e.action == Action::kAlloc && (closed_at[i] == kNever || static_cast<int64_t>(closed_at[i]) > peak_index))
+      if (e.action == Action::Alloc && (closed_at[i] == kNever || static_cast<int64_t>(closed_at[i]) > peak_index))
         h.live_at_peak.push_back({e.addr, e.size, e.stack, e.category});
     }
   }

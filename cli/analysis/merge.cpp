@@ -43,8 +43,8 @@ class Ranges {
 };
 
 bool is_segment_action(Action a) {
-  return a == Action::kSegmentAlloc || a == Action::kSegmentFree || a == Action::kSegmentMap ||
-         a == Action::kSegmentUnmap;
+  return a == Action::SegmentAlloc || a == Action::SegmentFree || a == Action::SegmentMap ||
+         a == Action::SegmentUnmap;
 }
 
 // Writes frame lists so that identical frames and identical lists, from either file, are one
@@ -130,7 +130,7 @@ struct Item {
 };
 
 bool keeps_action(const reader::TraceEntry& e, const Snapshot& s) {
-  return e.action != Action::kOther || s.str(e.action_str) == "annotate";
+  return e.action != Action::Other || s.str(e.action_str) == "annotate";
 }
 
 // Indices where each unit (an entry, or a free_requested + its free_completed) starts.
@@ -138,8 +138,8 @@ std::vector<size_t> units(const std::vector<Item>& v) {
   std::vector<size_t> u;
   for (size_t i = 0; i < v.size(); ++i) {
     u.push_back(i);
-    if (v[i].e->action == Action::kFreeRequested && i + 1 < v.size() &&
-        v[i + 1].e->action == Action::kFreeCompleted && v[i + 1].e->addr == v[i].e->addr)
+    if (v[i].e->action == Action::FreeRequested && i + 1 < v.size() &&
+        v[i + 1].e->action == Action::FreeCompleted && v[i + 1].e->addr == v[i].e->addr)
       ++i;
   }
   return u;
@@ -150,8 +150,8 @@ void write_entry(output::PickleWriter& w, FrameLists& fl, const Item& it) {
   const Snapshot& s = *it.src;
   w.begin_dict();
   w.key("action");
-  w.str(e.action == Action::kOther ? s.str(e.action_str) : reader::action_name(e.action));
-  if (e.action != Action::kOom) {
+  w.str(e.action == Action::Other ? s.str(e.action_str) : reader::action_name(e.action));
+  if (e.action != Action::Oom) {
     w.key("addr");
     w.uinteger(e.addr);
   }
@@ -159,7 +159,7 @@ void write_entry(output::PickleWriter& w, FrameLists& fl, const Item& it) {
   w.uinteger(e.size);
   w.key("stream");
   w.uinteger(e.stream);
-  if (e.action == Action::kOom) {
+  if (e.action == Action::Oom) {
     w.key("device_free");
     w.uinteger(e.device_free.value_or(0));
   }
@@ -175,13 +175,13 @@ void write_entry(output::PickleWriter& w, FrameLists& fl, const Item& it) {
 }
 
 bool is_live(reader::BlockState st) {
-  return st == reader::BlockState::kActiveAllocated || st == reader::BlockState::kActivePendingFree;
+  return st == reader::BlockState::ActiveAllocated || st == reader::BlockState::ActivePendingFree;
 }
 
 void write_segment(output::PickleWriter& w, FrameLists& fl, const Snapshot& s, const reader::Segment& seg) {
   uint64_t allocated = 0, active = 0, requested = 0;
   for (const reader::Block& b : seg.blocks) {
-    if (b.state == reader::BlockState::kActiveAllocated) allocated += b.size;
+    if (b.state == reader::BlockState::ActiveAllocated) allocated += b.size;
     if (is_live(b.state)) {
       active += b.size;
       requested += b.requested_size;
@@ -223,10 +223,10 @@ void write_segment(output::PickleWriter& w, FrameLists& fl, const Snapshot& s, c
     w.uinteger(b.requested_size);
     w.key("state");
     switch (b.state) {
-      case reader::BlockState::kActiveAllocated:
+      case reader::BlockState::ActiveAllocated:
         w.str("active_allocated");
         break;
-      case reader::BlockState::kActivePendingFree:
+      case reader::BlockState::ActivePendingFree:
         w.str("active_pending_free");
         break;
       default:
@@ -317,8 +317,8 @@ MergeStats merge_snapshots(const Snapshot& pt, const Snapshot& mt, const MergeOp
       }
     if (d < static_cast<int>(mt.device_traces.size()))
       for (const reader::TraceEntry& e : mt.device_traces[d]) {
-        bool drop = !keeps_action(e, mt) || e.action == Action::kSnapshot ||
-                    (e.action != Action::kOom && mt_duplicate(d, e.addr));
+        bool drop = !keeps_action(e, mt) || e.action == Action::Snapshot ||
+                    (e.action != Action::Oom && mt_duplicate(d, e.addr));
         if (drop) {
           ++st.memtrace_entries_dropped;
           continue;
@@ -351,7 +351,7 @@ MergeStats merge_snapshots(const Snapshot& pt, const Snapshot& mt, const MergeOp
   }
   // Every viewer version read needs 'unknown' among the categories once any entry has one.
   reader::TraceEntry marker;
-  marker.action = Action::kSnapshot;
+  marker.action = Action::Snapshot;
   if (!any_unknown && newest_dev >= 0) {
     marker.size = live_bytes[newest_dev];
     marker.time_us = newest_t;

@@ -94,7 +94,7 @@ class Finder {
       const auto& t = s.device_traces[d];
       for (size_t i = 0; i < t.size(); ++i) {
         const TraceEntry& e = t[i];
-        if (e.action == Action::kOom || e.action == Action::kOther || e.action == Action::kSnapshot) continue;
+        if (e.action == Action::Oom || e.action == Action::Other || e.action == Action::Snapshot) continue;
         if (e.size >= kImpossible)
           add("device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "] (" +
               std::string(action_name(e.action)) + " at " + hex(e.addr) + "): size is " + signed_text(e.size));

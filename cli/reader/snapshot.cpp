@@ -22,22 +22,6 @@
 
 namespace memtrace::reader {
 
-std::string_view action_name(Action a) {
-  switch (a) {
-    case Action::kAlloc: return "alloc";
-    case Action::kFreeRequested: return "free_requested";
-    case Action::kFreeCompleted: return "free_completed";
-    case Action::kSegmentAlloc: return "segment_alloc";
-    case Action::kSegmentFree: return "segment_free";
-    case Action::kSegmentMap: return "segment_map";
-    case Action::kSegmentUnmap: return "segment_unmap";
-    case Action::kSnapshot: return "snapshot";
-    case Action::kOom: return "oom";
-    case Action::kOther: break;
-  }
-  return "other";
-}
-
 int Snapshot::device_count() const {
   int n = static_cast<int>(device_traces.size());
   for (const Segment& s : segments)

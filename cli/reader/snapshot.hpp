@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "format/schema.hpp"
+
 namespace memtrace::reader {
 
 using StrId = uint32_t;    // index into Snapshot::strings; 0 is always ""
@@ -24,27 +26,16 @@ struct Frame {
   int64_t line = 0;
 };
 
-enum class Action : uint8_t {
-  kAlloc,
-  kFreeRequested,
-  kFreeCompleted,
-  kSegmentAlloc,
-  kSegmentFree,
-  kSegmentMap,
-  kSegmentUnmap,
-  kSnapshot,
-  kOom,
-  kOther,  // an action string this reader does not know (kept, ignored by the analyses)
-};
-std::string_view action_name(Action a);
-
-enum class BlockState : uint8_t { kActiveAllocated, kActivePendingFree, kInactive, kOther };
+// One action enumeration and one set of block states for writer and reader (format/schema.hpp).
+using format::Action;
+using format::action_name;
+using format::BlockState;
 
 struct Block {
   uint64_t address = 0;  // recomputed as segment.address + earlier sizes, as the viewer does
   uint64_t size = 0;
   uint64_t requested_size = 0;
-  BlockState state = BlockState::kInactive;
+  BlockState state = BlockState::Inactive;
   StackId stack = 0;
 };
 
@@ -60,7 +51,7 @@ struct Segment {
 };
 
 struct TraceEntry {
-  Action action = Action::kOther;
+  Action action = Action::Other;
   StrId action_str = 0;      // the original string (kept for kOther)
   uint64_t addr = 0;         // absent for oom -> 0
   uint64_t size = 0;

@@ -118,13 +118,11 @@ class Decoder final : public pickle::DictHook {
       key_[i] = vm_.intern(keys[i]);
       if (key_[i] < kFieldTable) field_of_[key_[i]] = static_cast<uint8_t>(i + 1);
     }
-    const char* actions[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-                             "segment_map", "segment_unmap", "snapshot", "oom"};
-    for (int i = 0; i < 9; ++i) action_id_[i] = vm_.intern(actions[i]);
-    st_allocated_ = vm_.intern("active_allocated");
-    st_pending_ = vm_.intern("active_pending_free");
+    for (int i = 0; i < format::kActionCount; ++i) action_id_[i] = vm_.intern(format::kActionNames[i]);
+    st_allocated_ = vm_.intern(format::block_state_name(BlockState::ActiveAllocated));
+    st_pending_ = vm_.intern(format::block_state_name(BlockState::ActivePendingFree));
     st_awaiting_ = vm_.intern("active_awaiting_free");
-    st_inactive_ = vm_.intern("inactive");
+    st_inactive_ = vm_.intern(format::block_state_name(BlockState::Inactive));
   }
 
   LoadResult run(std::string_view bytes, bool drop_consumed);
@@ -219,7 +217,7 @@ class Decoder final : public pickle::DictHook {
   uint32_t key_[kKeyCount];
   static constexpr uint64_t kFieldTable = 64;  // the known keys are interned first: small ids
   uint8_t field_of_[kFieldTable] = {};
-  uint32_t action_id_[9];
+  uint32_t action_id_[format::kActionCount];
   uint32_t st_allocated_, st_pending_, st_awaiting_, st_inactive_;
 
   Snapshot snap_;
@@ -263,8 +261,8 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
           return false;
         }
         e->action_str = static_cast<StrId>(v.payload());
-        e->action = Action::kOther;
-        for (int a = 0; a < 9; ++a)
+        e->action = Action::Other;
+        for (int a = 0; a < format::kActionCount; ++a)
           if (action_id_[a] == e->action_str) e->action = static_cast<Action>(a);
         have_action = true;
         break;
@@ -603,13 +601,13 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
         ok = u64(*f, kRequestedSize, &blk.requested_size, &why);
     }
     if (ok) {
-      blk.state = BlockState::kOther;
+      blk.state = BlockState::Other;
       if (const Value* f = find(bo, key_[kState])) {
         StrId s = 0;
         ok = str(*f, kState, &s, &why);
-        if (s == st_allocated_) blk.state = BlockState::kActiveAllocated;
-        else if (s == st_pending_ || s == st_awaiting_) blk.state = BlockState::kActivePendingFree;
-        else if (s == st_inactive_) blk.state = BlockState::kInactive;
+        if (s == st_allocated_) blk.state = BlockState::ActiveAllocated;
+        else if (s == st_pending_ || s == st_awaiting_) blk.state = BlockState::ActivePendingFree;
+        else if (s == st_inactive_) blk.state = BlockState::Inactive;
       }
     }
     if (ok) {

@@ -25,8 +25,8 @@ TEST_CASE("memtrace shape: one segment per allocation, peak and sets from a comp
   m.mt_alloc(0, 0x2000, 200, 20, sb, "nccl");
   m.mt_free(0, 0x1000, 100, 30, sa, "app");
   m.mt_alloc(0, 0x3000, 50, 40, sa, "app");
-  m.segment(0, 0x2000, {{200, 200, BlockState::kActiveAllocated, sb}});
-  m.segment(0, 0x3000, {{50, 50, BlockState::kActiveAllocated, sa}});
+  m.segment(0, 0x2000, {{200, 200, BlockState::ActiveAllocated, sb}});
+  m.segment(0, 0x3000, {{50, 50, BlockState::ActiveAllocated, sa}});
 
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.entries == 9);
@@ -52,13 +52,13 @@ TEST_CASE("truncated history: untraced live blocks and frees without alloc count
   SnapshotMaker m;
   auto sz = m.stack({"z@y.c:3"});
   auto sy = m.stack({"y@y.c:4"});
-  m.entry(0, Action::kAlloc, 0x5000, 300, 100, sz, "app");          // 0: 1500 -> 1800 (peak)
-  m.entry(0, Action::kFreeRequested, 0x9000, 500, 110, sy, "app");  // 1
-  m.entry(0, Action::kFreeCompleted, 0x9000, 500, 110, sy, "app");  // 2: -> 1300
-  m.entry(0, Action::kFreeRequested, 0x5000, 300, 120, sz, "app");  // 3
-  m.entry(0, Action::kFreeCompleted, 0x5000, 300, 120, sz, "app");  // 4: -> 1000
-  m.segment(0, 0x100000, {{1024, 1000, BlockState::kActiveAllocated, sy}, {3072, 0, BlockState::kInactive}});
-  m.segment(0, 0x200000, {{4096, 0, BlockState::kInactive}});
+  m.entry(0, Action::Alloc, 0x5000, 300, 100, sz, "app");          // 0: 1500 -> 1800 (peak)
+  m.entry(0, Action::FreeRequested, 0x9000, 500, 110, sy, "app");  // 1
+  m.entry(0, Action::FreeCompleted, 0x9000, 500, 110, sy, "app");  // 2: -> 1300
+  m.entry(0, Action::FreeRequested, 0x5000, 300, 120, sz, "app");  // 3
+  m.entry(0, Action::FreeCompleted, 0x5000, 300, 120, sz, "app");  // 4: -> 1000
+  m.segment(0, 0x100000, {{1024, 1000, BlockState::ActiveAllocated, sy}, {3072, 0, BlockState::Inactive}});
+  m.segment(0, 0x200000, {{4096, 0, BlockState::Inactive}});
 
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.frees_without_alloc == 1);
@@ -77,8 +77,8 @@ TEST_CASE("truncated history: untraced live blocks and frees without alloc count
 
 TEST_CASE("the peak can lie before the first kept entry") {
   SnapshotMaker m;
-  m.entry(0, Action::kFreeCompleted, 0x9000, 500, 5);
-  m.segment(0, 0x100000, {{1000, 1000, BlockState::kActiveAllocated}});
+  m.entry(0, Action::FreeCompleted, 0x9000, 500, 5);
+  m.segment(0, 0x100000, {{1000, 1000, BlockState::ActiveAllocated}});
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.peak_allocated == 1500);
   CHECK(h.peak_index == -1);
@@ -90,12 +90,12 @@ TEST_CASE("PyTorch shape: blocks inside a cached segment, requested vs rounded s
   SnapshotMaker m;
   auto st = m.stack({"forward@train.py:42", "<module>@train.py:7"});
   const uint64_t base = 0x7f3a00000000;
-  m.entry(0, Action::kSegmentAlloc, base, 2097152, 1, st);
-  m.entry(0, Action::kAlloc, base, 400, 2, st);
-  m.entry(0, Action::kAlloc, base + 512, 1000, 3, st);
-  m.entry(0, Action::kFreeRequested, base + 512, 1000, 4, st);
-  m.entry(0, Action::kFreeCompleted, base + 512, 1000, 5, st);
-  m.segment(0, base, {{512, 400, BlockState::kActiveAllocated, st}, {2097152 - 512, 0, BlockState::kInactive}});
+  m.entry(0, Action::SegmentAlloc, base, 2097152, 1, st);
+  m.entry(0, Action::Alloc, base, 400, 2, st);
+  m.entry(0, Action::Alloc, base + 512, 1000, 3, st);
+  m.entry(0, Action::FreeRequested, base + 512, 1000, 4, st);
+  m.entry(0, Action::FreeCompleted, base + 512, 1000, 5, st);
+  m.segment(0, base, {{512, 400, BlockState::ActiveAllocated, st}, {2097152 - 512, 0, BlockState::Inactive}});
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.peak_allocated == 1400);
   CHECK(h.peak_index == 2);
@@ -110,10 +110,10 @@ TEST_CASE("PyTorch shape: blocks inside a cached segment, requested vs rounded s
 
 TEST_CASE("reserved peak follows partial maps and unmaps backwards from the final segments") {
   SnapshotMaker m;
-  m.entry(0, Action::kSegmentMap, 0x100000, 2 << 20, 1);
-  m.entry(0, Action::kSegmentMap, 0x300000, 2 << 20, 2);
-  m.entry(0, Action::kSegmentUnmap, 0x300000, 1 << 20, 3);
-  m.segment(0, 0x100000, {{3 << 20, 0, BlockState::kInactive}});
+  m.entry(0, Action::SegmentMap, 0x100000, 2 << 20, 1);
+  m.entry(0, Action::SegmentMap, 0x300000, 2 << 20, 2);
+  m.entry(0, Action::SegmentUnmap, 0x300000, 1 << 20, 3);
+  m.segment(0, 0x100000, {{3 << 20, 0, BlockState::Inactive}});
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.reserved_now == 3u << 20);
   CHECK(h.peak_reserved == 4u << 20);
@@ -121,11 +121,11 @@ TEST_CASE("reserved peak follows partial maps and unmaps backwards from the fina
 
 TEST_CASE("a file without free_completed is closed by free_requested; a reused address closes the old one") {
   SnapshotMaker m;
-  m.entry(0, Action::kAlloc, 0x1000, 100, 1);
-  m.entry(0, Action::kFreeRequested, 0x1000, 100, 2);
-  m.entry(0, Action::kAlloc, 0x2000, 50, 3);
-  m.entry(0, Action::kAlloc, 0x2000, 70, 4);  // its earlier free was not recorded
-  m.segment(0, 0x2000, {{70, 70, BlockState::kActiveAllocated}});
+  m.entry(0, Action::Alloc, 0x1000, 100, 1);
+  m.entry(0, Action::FreeRequested, 0x1000, 100, 2);
+  m.entry(0, Action::Alloc, 0x2000, 50, 3);
+  m.entry(0, Action::Alloc, 0x2000, 70, 4);  // its earlier free was not recorded
+  m.segment(0, 0x2000, {{70, 70, BlockState::ActiveAllocated}});
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.peak_allocated == 100);
   CHECK(h.peak_index == 0);
@@ -135,7 +135,7 @@ TEST_CASE("a file without free_completed is closed by free_requested; a reused a
 
 TEST_CASE("devices: counted from traces and segments; an absent device is all zeros") {
   SnapshotMaker m;
-  m.segment(2, 0x1000, {{64, 64, BlockState::kActiveAllocated}});
+  m.segment(2, 0x1000, {{64, 64, BlockState::ActiveAllocated}});
   CHECK(device_count(m.s) == 3);
   DeviceHistory h = analyze_device(m.s, 1);
   CHECK(h.entries == 0);
@@ -151,10 +151,10 @@ TEST_CASE("devices: counted from traces and segments; an absent device is all ze
 
 TEST_CASE("hostile sizes saturate instead of overflowing") {
   SnapshotMaker m;
-  for (int i = 0; i < 4; ++i) m.entry(0, Action::kAlloc, 0x1000 + i, UINT64_MAX - 1, i);
+  for (int i = 0; i < 4; ++i) m.entry(0, Action::Alloc, 0x1000 + i, UINT64_MAX - 1, i);
   // Reserved runs backwards from the final segments: before these frees it was beyond 2^64.
-  for (int i = 0; i < 4; ++i) m.entry(0, Action::kSegmentFree, 0x1000 + i, UINT64_MAX - 1, 10 + i);
-  m.segment(0, 0x10000, {{1ull << 62, 0, BlockState::kInactive}});
+  for (int i = 0; i < 4; ++i) m.entry(0, Action::SegmentFree, 0x1000 + i, UINT64_MAX - 1, 10 + i);
+  m.segment(0, 0x10000, {{1ull << 62, 0, BlockState::Inactive}});
   DeviceHistory h = analyze_device(m.s, 0);
   CHECK(h.peak_allocated == UINT64_MAX);
   CHECK(h.peak_index == 3);

@@ -23,11 +23,11 @@ constexpr uint64_t kCublas = 0x7e0000800000;
 SnapshotMaker pytorch_side() {
   SnapshotMaker p;
   auto st = p.stack({"forward@train.py:42", "<module>@train.py:7"});
-  p.entry(0, Action::kSegmentAlloc, kTorchBase, 2 << 20, 100, st);
-  p.entry(0, Action::kAlloc, kTorchBase, 400, 101, st);
-  p.entry(0, Action::kSegmentAlloc, kTorchBase + (4 << 20), 2 << 20, 140, st);
-  p.entry(0, Action::kSegmentFree, kTorchBase + (4 << 20), 2 << 20, 160, st);
-  p.segment(0, kTorchBase, {{512, 400, BlockState::kActiveAllocated, st}, {(2 << 20) - 512, 0, BlockState::kInactive}},
+  p.entry(0, Action::SegmentAlloc, kTorchBase, 2 << 20, 100, st);
+  p.entry(0, Action::Alloc, kTorchBase, 400, 101, st);
+  p.entry(0, Action::SegmentAlloc, kTorchBase + (4 << 20), 2 << 20, 140, st);
+  p.entry(0, Action::SegmentFree, kTorchBase + (4 << 20), 2 << 20, 160, st);
+  p.segment(0, kTorchBase, {{512, 400, BlockState::ActiveAllocated, st}, {(2 << 20) - 512, 0, BlockState::Inactive}},
             st);
   p.s.device_traces.resize(1);
   return p;
@@ -48,9 +48,9 @@ SnapshotMaker memtrace_side() {
   m.mt_alloc(0, kTorchBase + (4 << 20), 2 << 20, 139, torch, "torch");
   m.mt_alloc(0, kNccl, 4 << 20, 150, nccl, "nccl");
   m.mt_free(0, kTorchBase + (4 << 20), 2 << 20, 161, torch, "torch");
-  m.entry(0, Action::kSnapshot, 0, 0, 170, 0, "unknown");
-  m.segment(0, kTorchBase, {{2 << 20, 2 << 20, BlockState::kActiveAllocated, torch}}, torch);
-  m.segment(0, kNccl, {{4 << 20, 4 << 20, BlockState::kActiveAllocated, nccl}}, nccl);
+  m.entry(0, Action::Snapshot, 0, 0, 170, 0, "unknown");
+  m.segment(0, kTorchBase, {{2 << 20, 2 << 20, BlockState::ActiveAllocated, torch}}, torch);
+  m.segment(0, kNccl, {{4 << 20, 4 << 20, BlockState::ActiveAllocated, nccl}}, nccl);
   return m;
 }
 
@@ -98,7 +98,7 @@ TEST_CASE("merge keeps PyTorch's segments, adds memtrace's outside them, drops t
 TEST_CASE("merge --device keeps one device and still writes a list for every index") {
   SnapshotMaker p = pytorch_side(), m = memtrace_side();
   m.mt_alloc(1, 0x1000, 4096, 200, 0, "app");
-  m.segment(1, 0x1000, {{4096, 4096, BlockState::kActiveAllocated}});
+  m.segment(1, 0x1000, {{4096, 4096, BlockState::ActiveAllocated}});
   memtrace::output::PickleWriter w;
   MergeStats st = merge_snapshots(p.s, m.s, MergeOptions{1, "a", "b"}, w);
   CHECK(st.devices == 2);

@@ -81,13 +81,13 @@ class SnapshotMaker {
   }
   // memtrace's shape of one allocation: segment_alloc + alloc, and its free triple.
   void mt_alloc(int device, uint64_t addr, uint64_t size, int64_t t, reader::StackId stack, const std::string& cat) {
-    entry(device, Action::kSegmentAlloc, addr, size, t, stack, cat);
-    entry(device, Action::kAlloc, addr, size, t, stack, cat);
+    entry(device, Action::SegmentAlloc, addr, size, t, stack, cat);
+    entry(device, Action::Alloc, addr, size, t, stack, cat);
   }
   void mt_free(int device, uint64_t addr, uint64_t size, int64_t t, reader::StackId stack, const std::string& cat) {
-    entry(device, Action::kFreeRequested, addr, size, t, stack, cat);
-    entry(device, Action::kFreeCompleted, addr, size, t, stack, cat);
-    entry(device, Action::kSegmentFree, addr, size, t, stack, cat);
+    entry(device, Action::FreeRequested, addr, size, t, stack, cat);
+    entry(device, Action::FreeCompleted, addr, size, t, stack, cat);
+    entry(device, Action::SegmentFree, addr, size, t, stack, cat);
   }
 
  private:

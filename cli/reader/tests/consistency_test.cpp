@@ -35,7 +35,7 @@ TraceEntry entry(Action a, uint64_t addr, uint64_t size) {
 TEST_CASE("a consistent snapshot has no findings", "[consistency]") {
   Snapshot s;
   s.segments = {seg(0, 0x1000, 0x1000, {0x800, 0x800}), seg(0, 0x2000, 0x1000), seg(1, 0x1000, 0x1000)};
-  s.device_traces = {{entry(Action::kSegmentAlloc, 0x1000, 0x1000), entry(Action::kOom, 0, UINT64_MAX)}};
+  s.device_traces = {{entry(Action::SegmentAlloc, 0x1000, 0x1000), entry(Action::Oom, 0, UINT64_MAX)}};
   size_t total = 99;
   CHECK(find_inconsistencies(s, 0, &total).empty());
   CHECK(total == 0);
@@ -52,7 +52,7 @@ TEST_CASE("each impossible fact is named with its place", "[consistency]") {
       seg(1, 0x50000, 0x1000),                   // [5]
       seg(1, 0x50000, 0x1000),                   // [6] duplicate of [5]
   };
-  s.device_traces = {{}, {entry(Action::kAlloc, 0x50000, uint64_t(-1))}};
+  s.device_traces = {{}, {entry(Action::Alloc, 0x50000, uint64_t(-1))}};
   size_t total = 0;
   auto found = find_inconsistencies(s, 0, &total);
   REQUIRE(total == 6);

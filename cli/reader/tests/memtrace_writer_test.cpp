@@ -107,17 +107,17 @@ TEST_CASE("memtrace's own snapshot reads back") {
   const auto& d0 = s.device_traces[0];
   // Device 0: its 5 entries (no 'unknown' category among them, so the writer appends a marker).
   REQUIRE(d0.size() >= 5);
-  CHECK(d0[0].action == r::Action::kSegmentAlloc);
+  CHECK(d0[0].action == r::Action::SegmentAlloc);
   CHECK(d0[0].addr == a);
   CHECK(d0[0].size == (1 << 20));
   CHECK(d0[0].time_us == static_cast<int64_t>(kT0 + 1));
-  CHECK(d0[1].action == r::Action::kAlloc);
+  CHECK(d0[1].action == r::Action::Alloc);
   CHECK(d0[1].size == 1000000);
   CHECK(s.str(d0[1].category) == "torch");
   CHECK(frame_names(s, d0[1].stack) == "forward<<module>");
   // Stack ids 1 and 3 have the same frames: one StackId.
   CHECK(d0[3].stack == d0[1].stack);
-  CHECK(d0[4].action == r::Action::kOom);
+  CHECK(d0[4].action == r::Action::Oom);
   REQUIRE(d0[4].device_free.has_value());
   CHECK(*d0[4].device_free == 12345);
   CHECK(d0[4].size == (1ull << 40));
@@ -131,7 +131,7 @@ TEST_CASE("memtrace's own snapshot reads back") {
   CHECK(s.segments[0].blocks.size() == 1);
   CHECK(s.segments[0].blocks[0].address == a);
   CHECK(s.segments[0].blocks[0].requested_size == 1000000);
-  CHECK(s.segments[0].blocks[0].state == r::BlockState::kActiveAllocated);
+  CHECK(s.segments[0].blocks[0].state == r::BlockState::ActiveAllocated);
   CHECK(s.segments[0].blocks[0].stack == d0[1].stack);
   CHECK(s.segments[2].device == 1);
   CHECK(s.device_count() == 2);
