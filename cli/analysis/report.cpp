@@ -69,4 +69,54 @@ void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Gro
   j.end_array();
 }
 
+std::string oom_verdict(const OomReport& r) {
+  if (r.fits_without_fragmentation())
+    return "would have fitted without fragmentation: " + human_bytes(r.free_in_segments) +
+           " free inside segments, but the largest free block is " + human_bytes(r.largest_free);
+  return "would not have fitted even without fragmentation: " + human_bytes(r.free_in_segments) +
+         " free inside segments, the allocator needed more than the device had";
+}
+
+void print_ooms(std::FILE* out, const reader::Snapshot& s, const std::vector<OomReport>& ooms, StackView& view,
+                size_t width) {
+  (void)s;
+  for (const OomReport& r : ooms) {
+    std::string when = "entry " + std::to_string(r.entry);
+    if (r.time_us) when += ", " + human_time_us(r.time_us);
+    std::fprintf(out, "  out of memory  at %s: asked for %s", when.c_str(), human_bytes(r.requested).c_str());
+    if (r.device_free) std::fprintf(out, ", device free %s", human_bytes(*r.device_free).c_str());
+    std::fputc('\n', out);
+    std::fprintf(out, "                 then: %s reserved, %s allocated, largest free block %s\n",
+                 human_bytes(r.reserved).c_str(), human_bytes(r.allocated).c_str(), human_bytes(r.largest_free).c_str());
+    std::fprintf(out, "                 %s\n", oom_verdict(r).c_str());
+    const size_t indent = 24;  // "                 stack: "
+    std::fprintf(out, "                 stack: %s\n", view.line(r.stack, width > indent ? width - indent : 0).c_str());
+  }
+}
+
+void ooms_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<OomReport>& ooms) {
+  j.begin_array();
+  for (const OomReport& r : ooms) {
+    j.begin_object();
+    j.field_int("device", r.device);
+    j.field_uint("entry", r.entry);
+    j.field_int("time_us", r.time_us);
+    j.field_uint("requested_bytes", r.requested);
+    if (r.device_free)
+      j.field_uint("device_free_bytes", *r.device_free);
+    else
+      j.key("device_free_bytes").null();
+    j.field_uint("reserved_bytes", r.reserved);
+    j.field_uint("allocated_bytes", r.allocated);
+    j.field_uint("free_in_segments_bytes", r.free_in_segments);
+    j.field_uint("largest_free_block", r.largest_free);
+    j.field_bool("fits_without_fragmentation", r.fits_without_fragmentation());
+    j.key("frames").begin_array();
+    for (reader::FrameId f : s.stacks[r.stack]) j.string(frame_text(s, f));
+    j.end_array();
+    j.end_object();
+  }
+  j.end_array();
+}
+
 }  // namespace memtrace::analysis

@@ -9,6 +9,8 @@
 
 #include "cli/analysis/grouping.hpp"
 #include "cli/analysis/json_writer.hpp"
+#include "cli/analysis/oom.hpp"
+#include "cli/analysis/stack_view.hpp"
 #include "cli/reader/snapshot.hpp"
 
 namespace memtrace::analysis {
@@ -25,5 +27,15 @@ void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit
 // JSON array of {bytes, count, owner, frames[]} (frames innermost first, as frame texts).
 void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Group>& groups, size_t limit,
                  bool with_stack);
+
+// The recorded out-of-memory failures of one device, as text (nothing when there are none): when,
+// the request, the driver's free bytes, the state at that moment, the verdict and the stack, the
+// stack cut to `width` (docs/reports.md, "Out of memory").
+void print_ooms(std::FILE* out, const reader::Snapshot& s, const std::vector<OomReport>& ooms, StackView& view,
+                size_t width);
+// JSON array of the same, the whole stack as frame texts.
+void ooms_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<OomReport>& ooms);
+// The verdict line's text.
+std::string oom_verdict(const OomReport& r);
 
 }  // namespace memtrace::analysis
