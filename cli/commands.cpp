@@ -29,7 +29,7 @@ const Command* find_command(std::string_view name) {
 void print_usage(std::FILE* out) {
   std::fprintf(out,
                "usage: memtrace <command> [options] [args]\n"
-               "       memtrace --help | --version\n"
+               "       memtrace help <command> | --help | version\n"
                "\n"
                "commands:\n");
   for (const Command& c : kCommands)

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     print_usage(stdout);
     return 0;
   }
-  if (first == "-V" || first == "--version") {
+  if (first == "-V" || first == "--version" || first == "version") {
     std::printf("memtrace %s\n", MEMTRACE_VERSION);
     return 0;
   }
@@ -32,8 +32,7 @@ int main(int argc, char** argv) {
     }
     const Command* c = find_command(argv[2]);
     if (!c) {
-      std::fprintf(stderr, "memtrace: unknown command '%s'\n\n", argv[2]);
-      print_usage(stderr);
+      std::fprintf(stderr, "memtrace: unknown command '%s' (the commands: memtrace --help)\n", argv[2]);
       return kExitUsage;
     }
     char help[] = "--help";
@@ -42,11 +41,9 @@ int main(int argc, char** argv) {
   }
   const Command* c = find_command(first);
   if (!c) {
-    if (!first.empty() && first[0] == '-')
-      std::fprintf(stderr, "memtrace: unknown option '%s'\n\n", argv[1]);
-    else
-      std::fprintf(stderr, "memtrace: unknown command '%s'\n\n", argv[1]);
-    print_usage(stderr);
+    // One line and a hint: the whole list would push the mistake off the screen.
+    std::fprintf(stderr, "memtrace: unknown %s '%s' (the commands: memtrace --help)\n",
+                 !first.empty() && first[0] == '-' ? "option" : "command", argv[1]);
     return kExitUsage;
   }
   return c->main(argc - 1, argv + 1);
