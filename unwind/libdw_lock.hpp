@@ -1,4 +1,4 @@
-// Internal to the Symbolizer (unwind/symbolizer.cpp and its readers).
+// Internal to the Symbolizer (its parts: unwind/symbolizer_impl.hpp) and its readers.
 #pragma once
 #include <mutex>
 

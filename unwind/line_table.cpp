@@ -93,112 +93,133 @@ bool LineTable::read(Dwarf_Die* cudie, const unsigned char* section, size_t size
     comp_dir = dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &attr));
   }
 
-  // Header.
-  Cursor c{section + stmt_list, section + size};
-  uint64_t unit_length = c.u(4);
-  unsigned offset_size = 4;
-  if (unit_length == 0xffffffff) {
-    unit_length = c.u(8);
-    offset_size = 8;
-  }
-  if (c.bad || offset_size != cu_offset_size || unit_length > static_cast<uint64_t>(c.end - c.p))
+  Header header;
+  if (!read_header(section + stmt_list, section + size, cu_offset_size, addr_size, header)) return false;
+  Cursor h{header.entries, header.program};
+  if (!(header.version < 5 ? read_files_v4(h, comp_dir) : read_files_v5(h, header.offset_size)))
     return false;
-  c.end = c.p + unit_length;
-  const unsigned version = static_cast<unsigned>(c.u(2));
-  if (c.bad || version < 2 || version > 5) return false;
-  if (version >= 5) {
-    if (c.u(1) != addr_size || c.u(1) != 0) return false;
-  }
-  const uint64_t header_length = c.u(offset_size);
-  if (c.bad || header_length > static_cast<uint64_t>(c.end - c.p)) return false;
-  const unsigned char* program = c.p + header_length;
-  const unsigned min_len = static_cast<unsigned>(c.u(1));
-  unsigned max_ops = 1;
-  if (version >= 4) max_ops = static_cast<unsigned>(c.u(1));
-  const unsigned default_is_stmt = static_cast<unsigned>(c.u(1));
-  const int line_base = static_cast<int8_t>(c.u(1));
-  const unsigned line_range = static_cast<unsigned>(c.u(1));
-  const unsigned opcode_base = static_cast<unsigned>(c.u(1));
-  // Only the common case: one operation per instruction (every target but VLIW ones).
-  if (c.bad || max_ops != 1 || line_range == 0 || opcode_base == 0) return false;
-  (void)default_is_stmt;
-  if (static_cast<size_t>(c.end - c.p) < opcode_base - 1) return false;
-  const unsigned char* std_lengths = c.p - 1;  // indexed by opcode, from 1
-  c.p += opcode_base - 1;
-  // libdw checks the argument counts it relies on for the standard opcodes it knows.
-  static const unsigned char expected[13] = {0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1};
-  for (unsigned op = 1; op < 13 && op < opcode_base; ++op)
-    if (std_lengths[op] != expected[op]) return false;
+  if (h.bad || h.p != header.program) return false;
 
-  // Directories and files.
-  Cursor h{c.p, program};
-  std::vector<const char*> dirs;
-  if (version < 5) {
-    dirs.push_back(comp_dir);
-    while (h.p < h.end && *h.p != 0) dirs.push_back(h.cstr());
-    h.u(1);
-    files_.emplace_back("???");
-    while (!h.bad && h.p < h.end && *h.p != 0) {
-      const char* name = h.cstr();
-      const uint64_t dir = h.uleb();
-      h.uleb();  // mtime
-      h.uleb();  // length
-      if (h.bad || dir >= dirs.size()) return false;
-      files_.push_back(join(dirs[dir], name));
-    }
-    h.u(1);
-  } else {
-    std::vector<Format> formats;
-    if (!read_formats(h, formats)) return false;
-    const uint64_t ndirs = h.uleb();
-    if (h.bad || (!formats.empty() && ndirs > static_cast<uint64_t>(h.end - h.p) / formats.size()) ||
-        (formats.empty() && ndirs != 0))
-      return false;
-    for (uint64_t i = 0; i < ndirs; ++i) {
-      const char* dir = nullptr;
-      for (const Format& f : formats) {
-        const bool path = f.content == DW_LNCT_path;
-        if (!entry_value(h, f.form, offset_size, path ? &dir : nullptr, nullptr)) return false;
-      }
-      if (dir == nullptr) return false;
-      dirs.push_back(dir);
-    }
-    formats.clear();
-    if (!read_formats(h, formats)) return false;
-    const uint64_t nfiles = h.uleb();
-    if (h.bad || (!formats.empty() && nfiles > static_cast<uint64_t>(h.end - h.p) / formats.size()) ||
-        (formats.empty() && nfiles != 0))
-      return false;
-    for (uint64_t i = 0; i < nfiles; ++i) {
-      const char* name = nullptr;
-      uint64_t dir = ~uint64_t{0};
-      bool have_dir = false;
-      for (const Format& f : formats) {
-        if (f.content == DW_LNCT_path) {
-          if (!entry_value(h, f.form, offset_size, &name, nullptr)) return false;
-        } else if (f.content == DW_LNCT_directory_index) {
-          if (!entry_value(h, f.form, offset_size, nullptr, &dir)) return false;
-          have_dir = true;
-        } else if (!entry_value(h, f.form, offset_size, nullptr, nullptr)) {
-          return false;
-        }
-      }
-      if (name == nullptr || !have_dir || dir >= dirs.size()) return false;
-      files_.push_back(join(dirs[dir], name));
-    }
-    if (files_.empty()) files_.emplace_back("???");
-  }
-  if (h.bad || h.p != program) return false;
-
-  // The line program.
-  Cursor p{program, c.end};
-  struct Seq {
-    Dwarf_Addr start;
-    size_t begin, end;
-  };
   std::vector<Seq> seqs;
   std::vector<Row> read_rows;
-  read_rows.reserve(static_cast<size_t>(c.end - program) / 3);  // GCC's: about 3 bytes a row
+  if (!run_program(header, read_rows, seqs)) return false;
+  put_in_order(read_rows, seqs);
+  return true;
+}
+
+bool LineTable::read_header(const unsigned char* at, const unsigned char* end, unsigned cu_offset_size,
+                            unsigned addr_size, Header& h) {
+  Cursor c{at, end};
+  uint64_t unit_length = c.u(4);
+  h.offset_size = 4;
+  if (unit_length == 0xffffffff) {
+    unit_length = c.u(8);
+    h.offset_size = 8;
+  }
+  if (c.bad || h.offset_size != cu_offset_size || unit_length > static_cast<uint64_t>(c.end - c.p))
+    return false;
+  c.end = c.p + unit_length;
+  h.end = c.end;
+  h.addr_size = addr_size;
+  h.version = static_cast<unsigned>(c.u(2));
+  if (c.bad || h.version < 2 || h.version > 5) return false;
+  if (h.version >= 5) {
+    if (c.u(1) != addr_size || c.u(1) != 0) return false;
+  }
+  const uint64_t header_length = c.u(h.offset_size);
+  if (c.bad || header_length > static_cast<uint64_t>(c.end - c.p)) return false;
+  h.program = c.p + header_length;
+  h.min_len = static_cast<unsigned>(c.u(1));
+  unsigned max_ops = 1;
+  if (h.version >= 4) max_ops = static_cast<unsigned>(c.u(1));
+  c.u(1);  // default_is_stmt: only file and line are kept
+  h.line_base = static_cast<int8_t>(c.u(1));
+  h.line_range = static_cast<unsigned>(c.u(1));
+  h.opcode_base = static_cast<unsigned>(c.u(1));
+  // Only the common case: one operation per instruction (every target but VLIW ones).
+  if (c.bad || max_ops != 1 || h.line_range == 0 || h.opcode_base == 0) return false;
+  if (static_cast<size_t>(c.end - c.p) < h.opcode_base - 1) return false;
+  h.std_lengths = c.p - 1;  // indexed by opcode, from 1
+  c.p += h.opcode_base - 1;
+  // libdw checks the argument counts it relies on for the standard opcodes it knows.
+  static const unsigned char expected[13] = {0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1};
+  for (unsigned op = 1; op < 13 && op < h.opcode_base; ++op)
+    if (h.std_lengths[op] != expected[op]) return false;
+  h.entries = c.p;
+  return true;
+}
+
+bool LineTable::read_files_v4(Cursor& h, const char* comp_dir) {
+  std::vector<const char*> dirs;
+  dirs.push_back(comp_dir);
+  while (h.p < h.end && *h.p != 0) dirs.push_back(h.cstr());
+  h.u(1);
+  files_.emplace_back("???");
+  while (!h.bad && h.p < h.end && *h.p != 0) {
+    const char* name = h.cstr();
+    const uint64_t dir = h.uleb();
+    h.uleb();  // mtime
+    h.uleb();  // length
+    if (h.bad || dir >= dirs.size()) return false;
+    files_.push_back(join(dirs[dir], name));
+  }
+  h.u(1);
+  return true;
+}
+
+bool LineTable::read_files_v5(Cursor& h, unsigned offset_size) {
+  std::vector<const char*> dirs;
+  std::vector<Format> formats;
+  if (!read_formats(h, formats)) return false;
+  const uint64_t ndirs = h.uleb();
+  if (h.bad || (!formats.empty() && ndirs > static_cast<uint64_t>(h.end - h.p) / formats.size()) ||
+      (formats.empty() && ndirs != 0))
+    return false;
+  for (uint64_t i = 0; i < ndirs; ++i) {
+    const char* dir = nullptr;
+    for (const Format& f : formats) {
+      const bool path = f.content == DW_LNCT_path;
+      if (!entry_value(h, f.form, offset_size, path ? &dir : nullptr, nullptr)) return false;
+    }
+    if (dir == nullptr) return false;
+    dirs.push_back(dir);
+  }
+  formats.clear();
+  if (!read_formats(h, formats)) return false;
+  const uint64_t nfiles = h.uleb();
+  if (h.bad || (!formats.empty() && nfiles > static_cast<uint64_t>(h.end - h.p) / formats.size()) ||
+      (formats.empty() && nfiles != 0))
+    return false;
+  for (uint64_t i = 0; i < nfiles; ++i) {
+    const char* name = nullptr;
+    uint64_t dir = ~uint64_t{0};
+    bool have_dir = false;
+    for (const Format& f : formats) {
+      if (f.content == DW_LNCT_path) {
+        if (!entry_value(h, f.form, offset_size, &name, nullptr)) return false;
+      } else if (f.content == DW_LNCT_directory_index) {
+        if (!entry_value(h, f.form, offset_size, nullptr, &dir)) return false;
+        have_dir = true;
+      } else if (!entry_value(h, f.form, offset_size, nullptr, nullptr)) {
+        return false;
+      }
+    }
+    if (name == nullptr || !have_dir || dir >= dirs.size()) return false;
+    files_.push_back(join(dirs[dir], name));
+  }
+  if (files_.empty()) files_.emplace_back("???");
+  return true;
+}
+
+bool LineTable::run_program(const Header& h, std::vector<Row>& read_rows, std::vector<Seq>& seqs) {
+  Cursor p{h.program, h.end};
+  const unsigned min_len = h.min_len;
+  const unsigned opcode_base = h.opcode_base;
+  const unsigned line_range = h.line_range;
+  const int line_base = h.line_base;
+  const unsigned addr_size = h.addr_size;
+  const unsigned char* std_lengths = h.std_lengths;
+  read_rows.reserve(static_cast<size_t>(h.end - h.program) / 3);  // GCC's: about 3 bytes a row
   size_t seq_begin = 0;
   Dwarf_Addr addr = 0;
   int64_t line = 1;
@@ -308,7 +329,10 @@ bool LineTable::read(Dwarf_Die* cudie, const unsigned char* section, size_t size
   }
   // Rows after the last end_sequence still count (libdw keeps them).
   if (seq_begin < read_rows.size()) seqs.push_back({read_rows[seq_begin].addr, seq_begin, read_rows.size()});
+  return true;
+}
 
+void LineTable::put_in_order(std::vector<Row>& read_rows, std::vector<Seq>& seqs) {
   // libdw's order is by (address, end_sequence rows first, read order). A sequence's rows
   // usually come in that order already, but for its end row, which must go before the rows
   // just above it at its own address; with that moved, sequences sorted by start address
@@ -357,7 +381,6 @@ bool LineTable::read(Dwarf_Die* cudie, const unsigned char* section, size_t size
     std::stable_sort(rows_.begin(), rows_.end(), before);
   }
   if (!rows_.empty()) rows_.back().end = 1;
-  return true;
 }
 
 const std::string* line_table_file(const LineTable* table, uint64_t index) {

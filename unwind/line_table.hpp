@@ -1,4 +1,4 @@
-// Internal to the Symbolizer (unwind/symbolizer.cpp); not part of memtrace's interface.
+// Internal to the Symbolizer (its parts: unwind/symbolizer_impl.hpp); not part of memtrace's interface.
 #pragma once
 #include <elfutils/libdw.h>
 
@@ -154,7 +154,37 @@ class LineTable {
 
   static bool read_formats(Cursor& c, std::vector<Format>& formats);
 
+  // What the line program needs of its header.
+  struct Header {
+    unsigned version = 0;
+    unsigned offset_size = 4;
+    unsigned addr_size = 0;
+    unsigned min_len = 0;
+    int line_base = 0;
+    unsigned line_range = 0;
+    unsigned opcode_base = 0;
+    const unsigned char* std_lengths = nullptr;  // argument counts, indexed by opcode from 1
+    const unsigned char* entries = nullptr;      // the directory and file tables
+    const unsigned char* program = nullptr;      // the line program, up to end
+    const unsigned char* end = nullptr;
+  };
+  // A sequence of rows as read: [begin, end) of the rows, its first address.
+  struct Seq {
+    Dwarf_Addr start;
+    size_t begin, end;
+  };
+
   bool read(Dwarf_Die* cudie, const unsigned char* section, size_t size);
+  // The unit's header fields, from [at, end) of .debug_line; false where libdw must answer.
+  static bool read_header(const unsigned char* at, const unsigned char* end, unsigned cu_offset_size,
+                          unsigned addr_size, Header& h);
+  // files_ from the directory and file tables (DWARF 2 to 4; DWARF 5).
+  bool read_files_v4(Cursor& h, const char* comp_dir);
+  bool read_files_v5(Cursor& h, unsigned offset_size);
+  // The rows of the line program, in the order read, and where each sequence lies in them.
+  static bool run_program(const Header& h, std::vector<Row>& rows, std::vector<Seq>& seqs);
+  // rows_: the rows read, in libdw's order.
+  void put_in_order(std::vector<Row>& read_rows, std::vector<Seq>& seqs);
 };
 
 const std::string* line_table_file(const LineTable* table, uint64_t index);

@@ -1,4 +1,4 @@
-// Internal to the Symbolizer (unwind/symbolizer.cpp); not part of memtrace's interface.
+// Internal to the Symbolizer (its parts: unwind/symbolizer_impl.hpp); not part of memtrace's interface.
 #pragma once
 #include <dwarf.h>
 #include <elfutils/libdw.h>

@@ -11,7 +11,6 @@
 // the current one's).
 #include "unwind/stack_table.hpp"
 
-#include <sched.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -128,25 +127,10 @@ void StackTable::release() {
 
 void StackTable::clear() {
   // Forked child: one thread, and whoever held the lock in the parent is gone.
-  lock_.store(false, std::memory_order_relaxed);
+  insert_lock_.reset();
   release();
   init();
 }
-
-void StackTable::lock() {
-  for (;;) {
-    if (!lock_.exchange(true, std::memory_order_acquire)) return;
-    int spins = 0;
-    while (lock_.load(std::memory_order_relaxed)) {
-      if (++spins > 64) {
-        sched_yield();
-        spins = 0;
-      }
-    }
-  }
-}
-
-void StackTable::unlock() { lock_.store(false, std::memory_order_release); }
 
 bool StackTable::commit(void* base, std::atomic<size_t>& committed, size_t need, size_t limit,
                         size_t chunk) {
@@ -251,10 +235,9 @@ uint32_t StackTable::intern_up_to(const uintptr_t* pcs, uint32_t n, bool into_re
     return 0;
   }
   if (frames_ == nullptr || records_ == nullptr) return 0;
-  lock();
+  SpinGuard guard(insert_lock_);
   uint32_t id = find(slots_.load(std::memory_order_relaxed), hash, pcs, n);
   if (id == 0) id = insert_locked(hash, pcs, n, into_reserve);
-  unlock();
   return id;
 }
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 
+#include "core/spinlock.hpp"
+
 namespace memtrace::unwind {
 
 class StackTable {
@@ -51,8 +53,6 @@ class StackTable {
   uint32_t insert_locked(uint64_t hash, const uintptr_t* pcs, uint32_t n, bool into_reserve);
   static bool commit(void* base, std::atomic<size_t>& committed, size_t need, size_t limit,
                      size_t chunk);
-  void lock();
-  void unlock();
 
   uint32_t max_stacks_ = kMaxStacks;
   uint64_t max_frames_ = kMaxFrames;
@@ -64,7 +64,7 @@ class StackTable {
   std::atomic<size_t> index_bytes_{0};
   std::atomic<size_t> frames_committed_{0};   // bytes of frames_ made writable
   std::atomic<size_t> records_committed_{0};  // bytes of records_ made writable
-  std::atomic<bool> lock_{false};
+  SpinLock insert_lock_;  // taken by inserts only; lookups take none
 };
 
 }  // namespace memtrace::unwind
