@@ -127,14 +127,17 @@ int parse_signal(const char* s) {
   return -1;
 }
 
-long process_rank(GetEnvFn getenv_fn) {
+LauncherRank launcher_rank(GetEnvFn getenv_fn) {
+  LauncherRank r;
   for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"}) {
     const char* v = getenv_fn(var);
     if (!v || !*v) continue;
+    r.text = v;
     long long n;
-    return parse_int(v, 0, 1LL << 40, &n) ? static_cast<long>(n) : -1;
+    if (parse_int(v, 0, 1LL << 40, &n)) r.number = static_cast<long>(n);
+    return r;
   }
-  return -1;
+  return r;
 }
 
 bool rank_selected(const Config& c, long rank) {
@@ -143,6 +146,141 @@ bool rank_selected(const Config& c, long rank) {
     if (r == rank) return true;
   return false;
 }
+
+namespace {
+
+// One parser per variable that takes more than a line or two, each given the variable's value
+// (never null); each warns at most once and leaves the default in place on a bad value.
+
+void parse_stacks(const char* v, Config* c) {
+  std::string_view s = trim(v);
+  if (iequals(s, "none"))
+    c->stacks = StackMode::None;
+  else if (iequals(s, "native"))
+    c->stacks = StackMode::Native;
+  else
+    log::warn("MEMTRACE_STACKS='{}' is not none or native; using native", v);
+}
+
+void parse_symbolize_threads(const char* v, Config* c) {
+  long long n;
+  if (iequals(trim(v), "auto"))
+    c->symbolize_threads = 0;
+  else if (parse_int(v, 1, 64, &n))
+    c->symbolize_threads = static_cast<unsigned>(n);
+  else
+    log::warn("MEMTRACE_SYMBOLIZE_THREADS='{}' is not auto or a whole number from 1 to 64; using auto", v);
+}
+
+void parse_python(const char* v, Config* c) {
+  std::string_view m = v;
+  if (m == "auto")
+    c->python = PythonMode::Auto;
+  else if (m == "gil")
+    c->python = PythonMode::Gil;
+  else if (m == "off" || m == "0")
+    c->python = PythonMode::Off;
+  else
+    log::warn("MEMTRACE_PYTHON='{}' is not auto, gil or off; using auto", v);
+}
+
+void parse_allocator(const char* v, Config* c) {
+  std::string_view m = trim(v);
+  if (iequals(m, "passthrough"))
+    c->allocator = AllocatorMode::Passthrough;
+  else if (iequals(m, "caching"))
+    c->allocator = AllocatorMode::Caching;
+  else
+    log::warn("MEMTRACE_ALLOCATOR='{}' is not passthrough or caching; using passthrough", v);
+}
+
+void parse_skip_actions(const char* v, Config* c) {
+  uint32_t mask = 0;
+  bool ok = true;
+  std::string_view rest = v;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string item(trim(rest.substr(0, comma)));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    Action a;
+    if (!parse_action(item.c_str(), &a)) {
+      ok = false;
+      break;
+    }
+    mask |= 1u << static_cast<int>(a);
+  }
+  // Segment entries carry the only record of a segment's size: without them a snapshot
+  // cannot satisfy the viewer's rules, so they are never skipped.
+  constexpr uint32_t kSegmentMask = (1u << static_cast<int>(Action::SegmentAlloc)) |
+                                    (1u << static_cast<int>(Action::SegmentFree)) |
+                                    (1u << static_cast<int>(Action::SegmentMap)) |
+                                    (1u << static_cast<int>(Action::SegmentUnmap));
+  if (ok && (mask & kSegmentMask)) {
+    log::warn("MEMTRACE_SKIP_ACTIONS='{}': segment actions are always recorded (the viewer needs them); "
+              "skipping the others only",
+              v);
+    c->skip_actions = mask & ~kSegmentMask;
+  } else if (ok)
+    c->skip_actions = mask;
+  else
+    log::warn("MEMTRACE_SKIP_ACTIONS='{}' names an unknown action (known: alloc, free_requested, "
+              "free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot); "
+              "skipping none",
+              v);
+}
+
+void parse_dump_signal(const char* v, Config* c) {
+  int sig = parse_signal(v);
+  if (sig == -2)
+    log::warn("MEMTRACE_SIGNAL='{}' is a signal that reports a fault in the program (SEGV, BUS, FPE, ILL, "
+              "TRAP, ABRT, SYS) and cannot ask for a snapshot; using USR2",
+              v);
+  else if (sig < 0)
+    log::warn("MEMTRACE_SIGNAL='{}' names no signal memtrace can catch (e.g. USR2, SIGUSR1, 40, none); "
+              "using USR2",
+              v);
+  else
+    c->dump_signal = sig;
+}
+
+void parse_interval(const char* v, Config* c) {
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(v, &end);
+  bool ok = errno == 0 && end != v && trim(end).empty() && d >= 0 && d <= 1e7 && !std::isnan(d);
+  if (ok && d > 0 && d < 0.01) {
+    log::warn("MEMTRACE_INTERVAL='{}' is below 10 ms; using 0.01 (a dump every 10 ms is already more than useful)", v);
+    d = 0.01;
+  }
+  if (ok)
+    c->interval_s = d;
+  else
+    log::warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
+}
+
+void parse_ranks(const char* v, Config* c) {
+  std::vector<long> list;
+  bool ok = true;
+  std::string_view rest = v;
+  while (ok && !rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string item(trim(rest.substr(0, comma)));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    long long n;
+    ok = parse_int(item.c_str(), 0, 1LL << 40, &n);
+    if (ok) list.push_back(static_cast<long>(n));
+  }
+  if (ok) {
+    c->ranks = v;
+    c->rank_list = std::move(list);
+  } else {
+    log::warn("MEMTRACE_RANKS='{}' is not a comma list of rank numbers; recording every rank", v);
+  }
+}
+
+}  // namespace
 
 Config parse_config(GetEnvFn getenv_fn) {
   Config c;
@@ -158,15 +296,7 @@ Config parse_config(GetEnvFn getenv_fn) {
   if (const char* v = getenv_fn("MEMTRACE_SUMMARY")) {
     if (!parse_bool(v, &c.summary)) log::warn("MEMTRACE_SUMMARY='{}' is not 0 or 1; using 1", v);
   }
-  if (const char* v = getenv_fn("MEMTRACE_STACKS")) {
-    std::string_view s = trim(v);
-    if (iequals(s, "none"))
-      c.stacks = StackMode::None;
-    else if (iequals(s, "native"))
-      c.stacks = StackMode::Native;
-    else
-      log::warn("MEMTRACE_STACKS='{}' is not none or native; using native", v);
-  }
+  if (const char* v = getenv_fn("MEMTRACE_STACKS")) parse_stacks(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_STACK_DEPTH")) {
     long long d;
     if (parse_int(v, 1, 256, &d))
@@ -174,38 +304,12 @@ Config parse_config(GetEnvFn getenv_fn) {
     else
       log::warn("MEMTRACE_STACK_DEPTH='{}' is not a whole number from 1 to 256; using {}", v, c.stack_depth);
   }
-  if (const char* v = getenv_fn("MEMTRACE_SYMBOLIZE_THREADS")) {
-    long long n;
-    if (iequals(trim(v), "auto"))
-      c.symbolize_threads = 0;
-    else if (parse_int(v, 1, 64, &n))
-      c.symbolize_threads = static_cast<unsigned>(n);
-    else
-      log::warn("MEMTRACE_SYMBOLIZE_THREADS='{}' is not auto or a whole number from 1 to 64; using auto", v);
-  }
+  if (const char* v = getenv_fn("MEMTRACE_SYMBOLIZE_THREADS")) parse_symbolize_threads(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_FREE_STACKS")) {
     if (!parse_bool(v, &c.free_stacks)) log::warn("MEMTRACE_FREE_STACKS='{}' is not 0 or 1; using 0", v);
   }
-  if (const char* v = getenv_fn("MEMTRACE_PYTHON")) {
-    std::string_view m = v;
-    if (m == "auto")
-      c.python = PythonMode::Auto;
-    else if (m == "gil")
-      c.python = PythonMode::Gil;
-    else if (m == "off" || m == "0")
-      c.python = PythonMode::Off;
-    else
-      log::warn("MEMTRACE_PYTHON='{}' is not auto, gil or off; using auto", v);
-  }
-  if (const char* v = getenv_fn("MEMTRACE_ALLOCATOR")) {
-    std::string_view m = trim(v);
-    if (iequals(m, "passthrough"))
-      c.allocator = AllocatorMode::Passthrough;
-    else if (iequals(m, "caching"))
-      c.allocator = AllocatorMode::Caching;
-    else
-      log::warn("MEMTRACE_ALLOCATOR='{}' is not passthrough or caching; using passthrough", v);
-  }
+  if (const char* v = getenv_fn("MEMTRACE_PYTHON")) parse_python(v, &c);
+  if (const char* v = getenv_fn("MEMTRACE_ALLOCATOR")) parse_allocator(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_ALLOC_CONF")) c.alloc_conf = v;
   if (const char* v = getenv_fn("MEMTRACE_MAX_ENTRIES")) {
     long long n;
@@ -215,68 +319,9 @@ Config parse_config(GetEnvFn getenv_fn) {
       log::warn("MEMTRACE_MAX_ENTRIES='{}' is not a whole number from 0 to 100000000; using {}", v,
                 c.max_entries);
   }
-  if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) {
-    uint32_t mask = 0;
-    bool ok = true;
-    std::string_view rest = v;
-    while (!rest.empty()) {
-      size_t comma = rest.find(',');
-      std::string item(trim(rest.substr(0, comma)));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      if (item.empty()) continue;
-      Action a;
-      if (!parse_action(item.c_str(), &a)) {
-        ok = false;
-        break;
-      }
-      mask |= 1u << static_cast<int>(a);
-    }
-    // Segment entries carry the only record of a segment's size: without them a snapshot
-    // cannot satisfy the viewer's rules, so they are never skipped.
-    constexpr uint32_t kSegmentMask = (1u << static_cast<int>(Action::SegmentAlloc)) |
-                                      (1u << static_cast<int>(Action::SegmentFree)) |
-                                      (1u << static_cast<int>(Action::SegmentMap)) |
-                                      (1u << static_cast<int>(Action::SegmentUnmap));
-    if (ok && (mask & kSegmentMask)) {
-      log::warn("MEMTRACE_SKIP_ACTIONS='{}': segment actions are always recorded (the viewer needs them); "
-                "skipping the others only",
-                v);
-      c.skip_actions = mask & ~kSegmentMask;
-    } else if (ok)
-      c.skip_actions = mask;
-    else
-      log::warn("MEMTRACE_SKIP_ACTIONS='{}' names an unknown action (known: alloc, free_requested, "
-                "free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot); "
-                "skipping none",
-                v);
-  }
-  if (const char* v = getenv_fn("MEMTRACE_SIGNAL")) {
-    int sig = parse_signal(v);
-    if (sig == -2)
-      log::warn("MEMTRACE_SIGNAL='{}' is a signal that reports a fault in the program (SEGV, BUS, FPE, ILL, "
-                "TRAP, ABRT, SYS) and cannot ask for a snapshot; using USR2",
-                v);
-    else if (sig < 0)
-      log::warn("MEMTRACE_SIGNAL='{}' names no signal memtrace can catch (e.g. USR2, SIGUSR1, 40, none); "
-                "using USR2",
-                v);
-    else
-      c.dump_signal = sig;
-  }
-  if (const char* v = getenv_fn("MEMTRACE_INTERVAL")) {
-    char* end = nullptr;
-    errno = 0;
-    double d = std::strtod(v, &end);
-    bool ok = errno == 0 && end != v && trim(end).empty() && d >= 0 && d <= 1e7 && !std::isnan(d);
-    if (ok && d > 0 && d < 0.01) {
-      log::warn("MEMTRACE_INTERVAL='{}' is below 10 ms; using 0.01 (a dump every 10 ms is already more than useful)", v);
-      d = 0.01;
-    }
-    if (ok)
-      c.interval_s = d;
-    else
-      log::warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
-  }
+  if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) parse_skip_actions(v, &c);
+  if (const char* v = getenv_fn("MEMTRACE_SIGNAL")) parse_dump_signal(v, &c);
+  if (const char* v = getenv_fn("MEMTRACE_INTERVAL")) parse_interval(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_MAX_STACKS")) {
     long long n;
     std::string tmp(trim(v));
@@ -297,26 +342,7 @@ Config parse_config(GetEnvFn getenv_fn) {
   if (const char* v = getenv_fn("MEMTRACE_DUMP_ON_OOM")) {
     if (!parse_bool(v, &c.dump_on_oom)) log::warn("MEMTRACE_DUMP_ON_OOM='{}' is not 0 or 1; using 1", v);
   }
-  if (const char* v = getenv_fn("MEMTRACE_RANKS")) {
-    std::vector<long> list;
-    bool ok = true;
-    std::string_view rest = v;
-    while (ok && !rest.empty()) {
-      size_t comma = rest.find(',');
-      std::string item(trim(rest.substr(0, comma)));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      if (item.empty()) continue;
-      long long n;
-      ok = parse_int(item.c_str(), 0, 1LL << 40, &n);
-      if (ok) list.push_back(static_cast<long>(n));
-    }
-    if (ok) {
-      c.ranks = v;
-      c.rank_list = std::move(list);
-    } else {
-      log::warn("MEMTRACE_RANKS='{}' is not a comma list of rank numbers; recording every rank", v);
-    }
-  }
+  if (const char* v = getenv_fn("MEMTRACE_RANKS")) parse_ranks(v, &c);
   return c;
 }
 

@@ -34,19 +34,25 @@ struct Config {
   bool debug = false;                         // MEMTRACE_DEBUG
   int dump_signal = 12;                       // MEMTRACE_SIGNAL (SIGUSR2; 0 = none)
   double interval_s = 0;                      // MEMTRACE_INTERVAL (0 = off)
-  int interval_keep = 10;
-  uint32_t max_stacks = 1u << 20;             // MEMTRACE_MAX_STACKS: distinct stacks kept                     // MEMTRACE_INTERVAL_KEEP: interval snapshots kept (0 = all)
+  int interval_keep = 10;                     // MEMTRACE_INTERVAL_KEEP: interval snapshots kept (0 = all)
+  uint32_t max_stacks = 1u << 20;             // MEMTRACE_MAX_STACKS: distinct stacks kept
   bool dump_on_oom = true;                    // MEMTRACE_DUMP_ON_OOM
   AllocatorMode allocator = AllocatorMode::Passthrough;  // MEMTRACE_ALLOCATOR: passthrough or caching
-  std::string alloc_conf;                     // MEMTRACE_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF syntax; read
-                                              // (and warned about) by the caching allocator's owner
+  std::string alloc_conf;                     // MEMTRACE_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF syntax; parsed
+                                              // (and warned about) by the session (preload/allocator_settings.cpp)
   std::string ranks;                          // MEMTRACE_RANKS as given ("" = every rank)
   std::vector<long> rank_list;                // ... parsed
 };
 
-// The process's rank from the usual launcher variables (RANK, OMPI_COMM_WORLD_RANK,
-// SLURM_PROCID, PMI_RANK, first set wins); -1 when none is set or it does not parse.
-long process_rank(GetEnvFn getenv_fn);
+// The process's rank from the usual launcher variables (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID,
+// PMI_RANK; the first one set and not empty wins): as set (what %r puts in the output path; "" when
+// none is set) and as a number (what MEMTRACE_RANKS selects by; -1 when none is set or the value is
+// not a whole number).
+struct LauncherRank {
+  std::string text;
+  long number = -1;
+};
+LauncherRank launcher_rank(GetEnvFn getenv_fn);
 // Whether this process records, given MEMTRACE_RANKS: every rank when the list is empty, and a
 // process with no rank only then.
 bool rank_selected(const Config& c, long rank);

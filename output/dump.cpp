@@ -48,7 +48,7 @@ DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const D
       bo.meta.host = context.host;
       bo.meta.rank = context.rank;
       bo.meta.sequence = request.sequence;
-      bo.meta.reason = request.reason;
+      bo.meta.reason = dump_kind_name(request.kind);
       bo.allocator = request.allocator;
 
       PickleWriter w(estimate_bytes(state));

@@ -20,13 +20,31 @@ class StackTable;
 
 namespace memtrace::output {
 
+// Why a snapshot is taken. The snapshot's metadata ("reason") and the stderr line of an on-demand
+// dump say it with dump_kind_name(); the exit dump's file is named differently (output_path.hpp).
+enum class DumpKind : uint8_t {
+  Exit,      // the end of the run (preload/exit_dump.cpp)
+  Signal,    // MEMTRACE_SIGNAL
+  Interval,  // MEMTRACE_INTERVAL
+  Oom,       // the driver or the caching allocator said out of memory (MEMTRACE_DUMP_ON_OOM)
+};
+constexpr const char* dump_kind_name(DumpKind k) {
+  switch (k) {
+    case DumpKind::Exit: return "exit";
+    case DumpKind::Signal: return "signal";
+    case DumpKind::Interval: return "interval";
+    case DumpKind::Oom: return "oom";
+  }
+  return "unknown";
+}
+
 struct DumpRequest {
   std::string path_template;  // MEMTRACE_OUTPUT; empty: no snapshot (the summary says so)
   uint64_t sequence = 0;      // %n
   bool print_summary = true;
   bool include_frames = true;
   unsigned symbolize_threads = 0;  // Symbolizer::prepare's threads (0: its default)
-  std::string reason;  // "exit", "signal", "oom", ... (stored in the snapshot's metadata)
+  DumpKind kind = DumpKind::Exit;  // its name goes into the snapshot's metadata
   AllocatorSettings allocator;  // allocator_settings
   // Objects seen loaded while recording (dlclosed ones included), so their addresses resolve.
   std::vector<unwind::LoadedObject> module_history;

@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "core/config.hpp"
+#include "output/dump.hpp"
+
 namespace memtrace::output {
 
 namespace {
@@ -64,13 +67,15 @@ std::string expand_output_path(std::string_view tmpl, const PathContext& ctx) {
   return out;
 }
 
-std::string rank_from_env(GetEnvFn getenv_fn) {
-  static const char* const kVars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
-  for (const char* v : kVars) {
-    const char* s = getenv_fn(v);
-    if (s && *s) return s;
-  }
-  return "";
+bool numbers_each_dump(std::string_view tmpl) { return tmpl.find("%n") != std::string_view::npos; }
+
+std::string dump_path_template(std::string_view tmpl, DumpKind kind) {
+  if (kind == DumpKind::Exit || numbers_each_dump(tmpl)) return std::string(tmpl);
+  size_t slash = tmpl.rfind('/');
+  size_t dot = tmpl.rfind('.');
+  if (dot == std::string_view::npos || (slash != std::string_view::npos && dot < slash) || dot == slash + 1)
+    return std::string(tmpl) + "-%n";
+  return std::string(tmpl.substr(0, dot)) + "-%n" + std::string(tmpl.substr(dot));
 }
 
 std::string executable_path() {
@@ -83,7 +88,7 @@ std::string executable_path() {
 PathContext path_context_from_process(uint64_t sequence) {
   PathContext c;
   c.pid = static_cast<int64_t>(::getpid());
-  c.rank = rank_from_env([](const char* name) -> const char* { return std::getenv(name); });
+  c.rank = launcher_rank([](const char* name) -> const char* { return std::getenv(name); }).text;
   char host[256];
   if (::gethostname(host, sizeof(host)) == 0) {
     host[sizeof(host) - 1] = '\0';

@@ -19,7 +19,7 @@
 
 namespace memtrace::preload::caching_mode {
 
-// At session start: remembers the mode, parses MEMTRACE_ALLOC_CONF (one warning per bad piece).
+// At session start: remembers the mode (the settings are the session's: allocator_conf()).
 void configure(const Config& c);
 // MEMTRACE_ALLOCATOR=caching and the session is recording (starts the session if need be).
 bool enabled();
@@ -59,7 +59,8 @@ void forget_context(CUcontext ctx);
 // the parent may have held one at the fork). A context the child creates gets a fresh one.
 void after_fork_child();
 
-// What the snapshot's allocator_settings say.
+// What the snapshot's allocator_settings say: the mode, and the settings as the allocators use
+// them (allocator_settings.cpp describes them).
 output::AllocatorSettings settings();
 
 }  // namespace memtrace::preload::caching_mode

@@ -56,9 +56,11 @@
 
 #include "core/log.hpp"
 #include "preload/hook_list.hpp"
+#include "preload/loaded_elf.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/real_dlsym.hpp"
 #include "preload/session.hpp"
+#include "unwind/own_code.hpp"
 
 namespace memtrace::preload {
 
@@ -136,153 +138,11 @@ struct Report {
 };
 constexpr int kMaxReports = 16;
 
-uintptr_t g_self_marker = 0;  // an address inside libmemtrace.so
+uintptr_t g_self_marker = 0;  // an address of memtrace's own code
 uintptr_t g_vdso = 0, g_ldso = 0;
 uintptr_t g_page = 4096;
 
-// One object as the loader mapped it.
-struct Object {
-  const dl_phdr_info* info;
-  uintptr_t base, lo, hi;          // load bias; mapped range
-  uintptr_t dynamic;               // its PT_DYNAMIC, as the loader's link_map has it (l_ld)
-  uintptr_t relro_lo, relro_hi;    // the pages the loader made read-only after relocation
-  const ElfW(Sym)* symtab = nullptr;
-  const char* strtab = nullptr;
-  const uint32_t* gnu_hash = nullptr;
-  const uint32_t* sysv_hash = nullptr;
-  const ElfW(Rela)* jmprel = nullptr;
-  size_t jmprel_n = 0;
-  const ElfW(Rela)* rela = nullptr;
-  size_t rela_n = 0;
-};
-
-bool inside(const Object& o, uintptr_t a) { return a >= o.lo && a < o.hi; }
-
-// A d_ptr as an address: the loader relocates the in-memory dynamic section in place where it
-// is writable (x86-64, aarch64), but not where it is read-only.
-uintptr_t dyn_addr(const Object& o, ElfW(Addr) p) {
-  uintptr_t a = static_cast<uintptr_t>(p);
-  return inside(o, a) ? a : a + o.base;
-}
-
-bool view_object(const dl_phdr_info* info, Object* o) {
-  o->info = info;
-  o->base = info->dlpi_addr;
-  o->lo = UINTPTR_MAX;
-  o->hi = 0;
-  o->dynamic = 0;
-  o->relro_lo = o->relro_hi = 0;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    uintptr_t a = o->base + ph.p_vaddr;
-    if (ph.p_type == PT_LOAD) {
-      if (a < o->lo) o->lo = a;
-      if (a + ph.p_memsz > o->hi) o->hi = a + ph.p_memsz;
-    } else if (ph.p_type == PT_DYNAMIC) {
-      o->dynamic = a;
-    } else if (ph.p_type == PT_GNU_RELRO) {
-      // As glibc's _dl_protect_relro: both ends rounded down to a page.
-      o->relro_lo = a & ~(g_page - 1);
-      o->relro_hi = (a + ph.p_memsz) & ~(g_page - 1);
-    }
-  }
-  if (!o->dynamic || o->lo >= o->hi) return false;
-  size_t jmprel_sz = 0, rela_sz = 0, rela_count = 0;
-  bool plt_rela = true;
-  ElfW(Addr) symtab = 0, strtab = 0, gnu = 0, sysv = 0, jmprel = 0, rela = 0;
-  for (auto* d = reinterpret_cast<const ElfW(Dyn)*>(o->dynamic); d->d_tag != DT_NULL; ++d) {
-    switch (d->d_tag) {
-      case DT_SYMTAB: symtab = d->d_un.d_ptr; break;
-      case DT_STRTAB: strtab = d->d_un.d_ptr; break;
-      case DT_GNU_HASH: gnu = d->d_un.d_ptr; break;
-      case DT_HASH: sysv = d->d_un.d_ptr; break;
-      case DT_JMPREL: jmprel = d->d_un.d_ptr; break;
-      case DT_PLTRELSZ: jmprel_sz = d->d_un.d_val; break;
-      case DT_PLTREL: plt_rela = d->d_un.d_val == DT_RELA; break;
-      case DT_RELA: rela = d->d_un.d_ptr; break;
-      case DT_RELASZ: rela_sz = d->d_un.d_val; break;
-      case DT_RELACOUNT: rela_count = d->d_un.d_val; break;
-      default: break;
-    }
-  }
-  if (!symtab || !strtab) return false;
-  o->symtab = reinterpret_cast<const ElfW(Sym)*>(dyn_addr(*o, symtab));
-  o->strtab = reinterpret_cast<const char*>(dyn_addr(*o, strtab));
-  if (gnu) o->gnu_hash = reinterpret_cast<const uint32_t*>(dyn_addr(*o, gnu));
-  if (sysv) o->sysv_hash = reinterpret_cast<const uint32_t*>(dyn_addr(*o, sysv));
-  if (jmprel && plt_rela) {
-    o->jmprel = reinterpret_cast<const ElfW(Rela)*>(dyn_addr(*o, jmprel));
-    o->jmprel_n = jmprel_sz / sizeof(ElfW(Rela));
-  }
-  if (rela) {
-    uintptr_t r = dyn_addr(*o, rela);
-    // Some linkers count .rela.plt in DT_RELASZ when it follows .rela.dyn (glibc skips it too).
-    if (o->jmprel && r + rela_sz == reinterpret_cast<uintptr_t>(o->jmprel) + jmprel_sz && rela_sz >= jmprel_sz)
-      rela_sz -= jmprel_sz;
-    size_t n = rela_sz / sizeof(ElfW(Rela));
-    size_t skip = rela_count <= n ? rela_count : n;  // the leading R_*_RELATIVE ones name no symbol
-    o->rela = reinterpret_cast<const ElfW(Rela)*>(r) + skip;
-    o->rela_n = n - skip;
-  }
-  return true;
-}
-
-uint32_t gnu_hash_of(const char* s) {
-  uint32_t h = 5381;
-  for (; *s; ++s) h = h * 33 + static_cast<unsigned char>(*s);
-  return h;
-}
-
-uint32_t sysv_hash_of(const char* s) {
-  uint32_t h = 0;
-  for (; *s; ++s) {
-    h = (h << 4) + static_cast<unsigned char>(*s);
-    uint32_t g = h & 0xf0000000u;
-    if (g) h ^= g >> 24;
-    h &= ~g;
-  }
-  return h;
-}
-
-bool defined_here(const ElfW(Sym)& s) { return s.st_shndx != SHN_UNDEF && s.st_value != 0; }
-
-// Whether the object's dynamic symbol table defines `name`.
-bool defines(const Object& o, const char* name) {
-  if (o.gnu_hash) {
-    const uint32_t* h = o.gnu_hash;
-    uint32_t nbuckets = h[0], symoffset = h[1], bloom_size = h[2], bloom_shift = h[3];
-    if (!nbuckets || !bloom_size) return false;
-    auto* bloom = reinterpret_cast<const ElfW(Addr)*>(h + 4);
-    auto* buckets = reinterpret_cast<const uint32_t*>(bloom + bloom_size);
-    const uint32_t* chain = buckets + nbuckets;
-    constexpr uint32_t kBits = sizeof(ElfW(Addr)) * 8;
-    uint32_t hash = gnu_hash_of(name);
-    ElfW(Addr) word = bloom[(hash / kBits) % bloom_size];
-    ElfW(Addr) mask = (ElfW(Addr)(1) << (hash % kBits)) | (ElfW(Addr)(1) << ((hash >> bloom_shift) % kBits));
-    if ((word & mask) != mask) return false;
-    uint32_t i = buckets[hash % nbuckets];
-    if (i < symoffset) return false;
-    for (;; ++i) {
-      uint32_t h2 = chain[i - symoffset];
-      if ((h2 | 1) == (hash | 1) && std::strcmp(o.strtab + o.symtab[i].st_name, name) == 0 &&
-          defined_here(o.symtab[i]))
-        return true;
-      if (h2 & 1) return false;
-    }
-  }
-  if (o.sysv_hash) {
-    const uint32_t* h = o.sysv_hash;
-    uint32_t nbucket = h[0];
-    if (!nbucket) return false;
-    const uint32_t* bucket = h + 2;
-    const uint32_t* chain = bucket + nbucket;
-    for (uint32_t i = bucket[sysv_hash_of(name) % nbucket]; i != STN_UNDEF; i = chain[i])
-      if (std::strcmp(o.strtab + o.symtab[i].st_name, name) == 0 && defined_here(o.symtab[i])) return true;
-  }
-  return false;
-}
-
-bool defines_a_hooked_name(const Object& o) {
+bool defines_a_hooked_name(const LoadedElf& o) {
   for (int i = 0; i < kNames; ++i)
     if (g_t.name[i] && defines(o, g_t.name[i])) return true;
   return false;
@@ -315,14 +175,14 @@ bool in_base_namespace(uintptr_t dynamic, const link_map** cursor) {
   return false;
 }
 
-uint64_t path_key(const Object& o) {
+uint64_t path_key(const LoadedElf& o) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (const char* p = o.info->dlpi_name ? o.info->dlpi_name : ""; *p; ++p)
     h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
   return h;
 }
 
-bool warned_before(const Object& o) {
+bool warned_before(const LoadedElf& o) {
   int n = g_nwarned < kMaxWarned ? g_nwarned : kMaxWarned;
   uint64_t key = path_key(o);
   for (int i = 0; i < n; ++i)
@@ -331,7 +191,7 @@ bool warned_before(const Object& o) {
 }
 
 // Rewrites one slot; 0 or the errno that prevented it.
-int rewrite(const Object& o, uintptr_t slot, uintptr_t value) {
+int rewrite(const LoadedElf& o, uintptr_t slot, uintptr_t value) {
   uintptr_t page = slot & ~(g_page - 1);
   bool relro = page >= o.relro_lo && page < o.relro_hi;
   if (!relro) {
@@ -362,7 +222,7 @@ struct Scan {
   int visited = 0;  // pending objects seen so far
 };
 
-void add_pending(Scan& s, const Object& o, uintptr_t slot, int name) {
+void add_pending(Scan& s, const LoadedElf& o, uintptr_t slot, int name) {
   PendingSet& p = *s.next;
   if (p.nslot >= kMaxPendingSlots) {
     p.overflow = true;
@@ -380,14 +240,14 @@ void add_pending(Scan& s, const Object& o, uintptr_t slot, int name) {
 }
 
 // One slot of one object: rewritten, left, or kept for the next trigger.
-void examine(Scan& s, const Object& o, uintptr_t slot, int name, Report** report) {
+void examine(Scan& s, const LoadedElf& o, uintptr_t slot, int name, Report** report) {
   uintptr_t v = __atomic_load_n(reinterpret_cast<const uintptr_t*>(slot), __ATOMIC_ACQUIRE);
   uintptr_t want = g_t.global[name];
   if (v == want || v == g_t.hook[name]) return;  // reaches memtrace
   if (!want || !is_target(name, v)) {
     // Lazy binding not yet resolved (the object's own PLT), an object not yet relocated (a link-time
     // address, or 0), or another copy of the function (left alone for good).
-    if (inside(o, v) || v < o.hi - o.base) add_pending(s, o, slot, name);
+    if (o.contains(v) || v < o.hi - o.base) add_pending(s, o, slot, name);
     return;
   }
   int err = rewrite(o, slot, want);
@@ -419,7 +279,7 @@ void examine(Scan& s, const Object& o, uintptr_t slot, int name, Report** report
   }
 }
 
-void examine_relocations(Scan& s, const Object& o, const ElfW(Rela)* rel, size_t n, Report** report) {
+void examine_relocations(Scan& s, const LoadedElf& o, const ElfW(Rela)* rel, size_t n, Report** report) {
   for (size_t k = 0; k < n; ++k) {
     unsigned type = static_cast<unsigned>(ELF64_R_TYPE(rel[k].r_info));
     if (type != kRelJumpSlot && type != kRelGlobDat) continue;
@@ -435,8 +295,8 @@ void examine_relocations(Scan& s, const Object& o, const ElfW(Rela)* rel, size_t
   }
 }
 
-bool skipped(const dl_phdr_info* info, const Object& o) {
-  if (inside(o, g_self_marker)) return true;
+bool skipped(const dl_phdr_info* info, const LoadedElf& o) {
+  if (o.contains(g_self_marker)) return true;
   if (g_vdso && reinterpret_cast<uintptr_t>(info->dlpi_phdr) - g_vdso < g_page) return true;
   if (g_ldso && info->dlpi_addr == g_ldso) return true;
   return false;
@@ -445,9 +305,9 @@ bool skipped(const dl_phdr_info* info, const Object& o) {
 // Runs under the loader's list lock: reads and writes slots, takes no memtrace lock, writes nothing out.
 int scan_object(dl_phdr_info* info, size_t, void* data) {
   Scan& s = *static_cast<Scan*>(data);
-  Object o;
+  LoadedElf o;
   if (s.full) {
-    if (!view_object(info, &o) || skipped(info, o)) return 0;
+    if (!read_loaded_elf(info, g_page, &o) || skipped(info, o)) return 0;
     if (!in_base_namespace(o.dynamic, &s.cursor) || defines_a_hooked_name(o)) return 0;
     Report* report = nullptr;
     examine_relocations(s, o, o.jmprel, o.jmprel_n, &report);
@@ -457,7 +317,7 @@ int scan_object(dl_phdr_info* info, size_t, void* data) {
   for (int i = 0; i < s.old->nobj; ++i) {
     const PendingObject& p = s.old->obj[i];
     if (p.base != info->dlpi_addr || p.phdr != info->dlpi_phdr) continue;
-    if (!view_object(info, &o)) return 0;
+    if (!read_loaded_elf(info, g_page, &o)) return 0;
     Report* report = nullptr;
     for (int k = p.first; k < p.first + p.count; ++k) examine(s, o, s.old->slot[k].slot, s.old->slot[k].name, &report);
     return ++s.visited == s.old->nobj ? 1 : 0;  // the rest holds none
@@ -484,7 +344,7 @@ void build_tables() {
   g_page = getauxval(AT_PAGESZ) ? getauxval(AT_PAGESZ) : 4096;
   g_vdso = getauxval(AT_SYSINFO_EHDR);
   g_ldso = getauxval(AT_BASE);
-  g_self_marker = reinterpret_cast<uintptr_t>(&rebind_bypassing_objects);
+  g_self_marker = unwind::own_code().lo;
   void* self = dlopen(nullptr, RTLD_LAZY | RTLD_NOLOAD);
   link_map* head = nullptr;
   if (self && dlinfo(self, RTLD_DI_LINKMAP, &head) != 0) head = nullptr;

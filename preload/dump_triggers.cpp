@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/log.hpp"
+#include "preload/dumps.hpp"
 #include "preload/session.hpp"
 
 namespace memtrace::preload {
@@ -20,6 +21,11 @@ namespace {
 
 constexpr int kMaxOomDumps = 3;
 
+// What the dump thread is asked to do, as bits of g_pending: requests that arrive while it is busy
+// are answered by one dump.
+constexpr unsigned kDumpSignal = 1, kDumpInterval = 2;
+constexpr unsigned kDieAfterDump = 1u << 8;
+
 sem_t g_wake;
 std::atomic<bool> g_sem_ready{false};
 std::atomic<unsigned> g_pending{0};
@@ -29,7 +35,6 @@ double g_interval_s = 0;
 bool g_dump_on_oom = true;
 struct sigaction g_previous;
 int g_signal = 0;
-constexpr unsigned kDieAfterDump = 1u << 8;  // beside DumpReason's bits
 
 bool default_is_fatal(int sig) {
   switch (sig) {
@@ -111,9 +116,9 @@ void* dump_thread(void*) {
     unsigned why = g_pending.exchange(0);
     // One dump answers every request that arrived meanwhile.
     if (why & kDumpSignal)
-      dump_now("signal");
+      dump_now(output::DumpKind::Signal);
     else if (why & kDumpInterval)
-      dump_now("interval");
+      dump_now(output::DumpKind::Interval);
     if (why & kDieAfterDump) die_by_default(g_signal);
   }
   return nullptr;
@@ -220,7 +225,7 @@ void note_oom_for_dump() {
   if (g_oom_dumps.fetch_add(1) >= kMaxOomDumps) return;
   // Taken right here, in the thread that hit the error: a program that runs out of memory often
   // dies moments later, and this snapshot is the one its user needs.
-  dump_now("oom");
+  dump_now(output::DumpKind::Oom);
 }
 
 void dump_triggers_after_fork() {

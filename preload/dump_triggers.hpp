@@ -10,8 +10,6 @@
 
 namespace memtrace::preload {
 
-enum DumpReason : unsigned { kDumpSignal = 1, kDumpInterval = 2 };
-
 // At session start: installs the signal handler (chaining to the program's) and, when a
 // signal or an interval is configured, starts the dump thread.
 void start_dump_triggers(const Config& c);

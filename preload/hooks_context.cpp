@@ -4,6 +4,7 @@
 #include "preload/caching_mode.hpp"
 #include "preload/deep_bind.hpp"
 #include "preload/driver_decls.hpp"
+#include "preload/exit_dump.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/record.hpp"
 

@@ -3,6 +3,7 @@
 // unmaps. Each mapped range is what the snapshot shows as a segment, since only a mapping
 // has an address.
 #include "core/clock.hpp"
+#include "preload/capture.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 #include "preload/record.hpp"

@@ -3,7 +3,9 @@
 #include <atomic>
 
 #include "core/clock.hpp"
+#include "preload/capture.hpp"
 #include "preload/dump_triggers.hpp"
+#include "preload/exit_dump.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
 

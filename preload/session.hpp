@@ -1,9 +1,11 @@
-// The process-wide recording session: configuration, recorder and stack table, created on
-// the first hooked call (never in a constructor), immortal (other libraries free memory
-// after our destructors run), reset in a forked child.
+// The process-wide recording session and its life cycle: configuration (the MEMTRACE_* variables
+// and the allocator settings, each parsed once), recorder, stack table and owners, created on the
+// first hooked call (never in a constructor), immortal (other libraries free memory after our
+// destructors run), reset in a forked child (fork_child.cpp).
 #pragma once
 #include <cstdint>
 
+#include "core/caching/alloc_conf.hpp"
 #include "core/config.hpp"
 #include "core/recorder.hpp"
 #include "preload/owners.hpp"
@@ -13,6 +15,7 @@ namespace memtrace::preload {
 
 struct Session {
   Config config;
+  caching::AllocConf alloc_conf;  // MEMTRACE_ALLOC_CONF, parsed once as the session starts
   Recorder recorder;
   unwind::StackTable stacks;
   OwnerTable owners;
@@ -22,6 +25,11 @@ struct Session {
 Session* session_if_active();
 // Whether the session is recording now; never starts it.
 bool session_ready();
+
+// The caching allocator's settings: the session's. A process that does not record (MEMTRACE_RANKS
+// leaves it out, secure execution) still serves memtrace_malloc: its settings are parsed from the
+// same Config the first time they are needed. Call after a HookScope has started the session.
+const caching::AllocConf& allocator_conf();
 
 // Per-thread state. initial-exec TLS: a preloaded library has static TLS, and this keeps
 // every access a single instruction.
@@ -51,23 +59,8 @@ class HookScope {
   Session* s_ = nullptr;
 };
 
-// Captures the caller's stack (memtrace's own frames removed) and interns it. With
-// MEMTRACE_STACKS=none only the immediate caller is kept, enough to name the owner.
-// Must be called directly from the exported wrapper.
-uint32_t capture_stack_id(Session& s, void* caller);
-
 // Reads MEMTRACE_DEBUG once, without starting the session: the dlsym hook must stay light
 // but its substitutions should be visible in the debug log from the very first lookup.
 void read_debug_flag_once();
-
-// Writes a snapshot now (used at exit).
-void dump_now(const char* reason);
-
-// The exit snapshot is taken as late as it can be while still telling the program's story: after
-// the program's own exit-time frees (atexit handlers and static destructors registered before its
-// first CUDA call run after memtrace's atexit), from memtrace's destructor; or earlier, just
-// before the first free or context teardown that the CUDA runtime makes on its own during exit,
-// which would otherwise make everything look freed. Called by the free and teardown hooks.
-void before_exit_teardown();
 
 }  // namespace memtrace::preload

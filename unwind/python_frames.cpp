@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "unwind/own_code.hpp"
 #include "unwind/python_layout.hpp"
 #include "unwind/python_walk.hpp"
 #include "unwind/readable_memory.hpp"
@@ -88,29 +89,6 @@ template <class F>
 bool sym(F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
   return fn != nullptr;
-}
-
-struct RangeQuery {
-  uintptr_t addr;
-  uintptr_t lo = 0, hi = 0;
-};
-
-int find_text_range(dl_phdr_info* info, size_t, void* data) {
-  auto* q = static_cast<RangeQuery*>(data);
-  bool holds = false;
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-    uintptr_t a = info->dlpi_addr + ph.p_vaddr, b = a + ph.p_memsz;
-    if (q->addr >= a && q->addr < b) holds = true;
-    if (a < lo) lo = a;
-    if (b > hi) hi = b;
-  }
-  if (!holds) return 0;
-  q->lo = lo;
-  q->hi = hi;
-  return 1;
 }
 
 // Chooses how this interpreter's frames are read, and says so in s.support.
@@ -198,11 +176,11 @@ bool detect_locked() {
     delete s;
     return false;
   }
-  RangeQuery q{reinterpret_cast<uintptr_t>(py.GetVersion)};
-  if (void* eval = dlsym(RTLD_DEFAULT, "PyEval_EvalCode")) q.addr = reinterpret_cast<uintptr_t>(eval);
-  dl_iterate_phdr(&find_text_range, &q);
-  s->interp_lo = q.lo;
-  s->interp_hi = q.hi;
+  uintptr_t in_interpreter = reinterpret_cast<uintptr_t>(py.GetVersion);
+  if (void* eval = dlsym(RTLD_DEFAULT, "PyEval_EvalCode")) in_interpreter = reinterpret_cast<uintptr_t>(eval);
+  const CodeRange interp = code_range_of(in_interpreter);
+  s->interp_lo = interp.lo;
+  s->interp_hi = interp.hi;
   // Where the eval loop is one large function, each of its activations on the native stack is
   // one eval call, which tells exactly where each group of Python frames belongs. Where it is a
   // small trampoline into per-instruction functions (3.14 built with tail calls), it is not.

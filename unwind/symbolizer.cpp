@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "unwind/own_code.hpp"
 #include "unwind/symbolizer_impl.hpp"
 
 namespace memtrace::unwind {
@@ -213,16 +214,12 @@ std::vector<ModuleInfo> Symbolizer::modules() const {
   return {impl_->modules.begin(), impl_->modules.end()};
 }
 
-namespace {
-void self_anchor() {}
-}  // namespace
-
 std::string_view self_module() {
   // Found the way the module maps name objects, so it compares equal to module_of() and
   // ModuleMap::path_of() of memtrace's own addresses. Never destroyed: the exit dump reads it,
   // and a static's destructor, registered after memtrace's atexit handler, would run first.
   static const std::string* const path = new std::string([] {
-    const uintptr_t self = reinterpret_cast<uintptr_t>(&self_anchor);
+    const uintptr_t self = own_code().lo;
     for (const LoadedObject& o : loaded_objects())
       for (const auto& [s, e] : o.segments)
         if (self >= s && self < e) return o.path;

@@ -46,7 +46,7 @@ TEST_CASE("dump_snapshot symbolizes, drops memtrace's own frames and writes", "[
   req.path_template = dir / "real-%p-%n.pickle";
   req.sequence = 7;
   req.print_summary = false;
-  req.reason = "test";
+  req.kind = DumpKind::Signal;
   DumpReport rep = dump_snapshot(s, table, req);
   INFO(rep.error);
   REQUIRE(rep.written);
@@ -54,7 +54,7 @@ TEST_CASE("dump_snapshot symbolizes, drops memtrace's own frames and writes", "[
   std::string out;
   int rc = t::run(t::python() + " '" + t::checker() + "' '" + rep.path +
                       "' --expect-json '{\"segments\": 1, \"no_frame_files\": [\"output_tests\"], "
-                      "\"metadata\": {\"reason\": \"test\", \"dump_sequence\": 7}}'",
+                      "\"metadata\": {\"reason\": \"signal\", \"dump_sequence\": 7}}'",
                   &out);
   INFO(out);
   CHECK(rc == 0);

@@ -96,7 +96,7 @@ TEST_CASE("dump writes the snapshot and prints the summary", "[dump]") {
   DumpRequest req;
   req.path_template = dir / "out/%e-%p-%n.pickle";
   req.sequence = 1;
-  req.reason = "exit";
+  req.kind = DumpKind::Exit;
   StderrCapture cap(dir / "stderr.txt");
   DumpReport rep = dump_with_source(small_state(), src, req, ctx(), "/bin/app");
   std::string err = cap.finish();

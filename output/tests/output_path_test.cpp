@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-#include <map>
 #include <string>
 #include <unistd.h>
 
@@ -17,11 +16,6 @@ PathContext ctx() {
   c.unix_time = 1767225600;
   c.exe_name = "python3.11";
   return c;
-}
-std::map<std::string, std::string> g_env;
-const char* fake_getenv(const char* name) {
-  auto it = g_env.find(name);
-  return it == g_env.end() ? nullptr : it->second.c_str();
 }
 }  // namespace
 
@@ -45,21 +39,6 @@ TEST_CASE("substituted values cannot add directories", "[path]") {
   c.host = "evil/../../x";
   c.rank = "";
   CHECK(expand_output_path("d/%h-%r.p", c) == "d/evil_.._.._x-.p");
-}
-
-TEST_CASE("rank comes from the first launcher variable that is set", "[path]") {
-  g_env.clear();
-  CHECK(rank_from_env(fake_getenv) == "");
-  g_env["PMI_RANK"] = "9";
-  CHECK(rank_from_env(fake_getenv) == "9");
-  g_env["SLURM_PROCID"] = "8";
-  CHECK(rank_from_env(fake_getenv) == "8");
-  g_env["OMPI_COMM_WORLD_RANK"] = "7";
-  CHECK(rank_from_env(fake_getenv) == "7");
-  g_env["RANK"] = "";  // set but empty: skipped
-  CHECK(rank_from_env(fake_getenv) == "7");
-  g_env["RANK"] = "0";
-  CHECK(rank_from_env(fake_getenv) == "0");
 }
 
 TEST_CASE("the process context is filled in", "[path]") {
