@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     }
     const Command* c = find_command(argv[2]);
     if (!c) {
-      std::fprintf(stderr, "memtrace: unknown command '%s' (the commands: memtrace --help)\n", argv[2]);
+      std::fprintf(stderr, "memtrace: unknown command '%s'\nTry 'memtrace --help' for the commands.\n", argv[2]);
       return kExitUsage;
     }
     char help[] = "--help";
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   const Command* c = find_command(first);
   if (!c) {
     // One line and a hint: the whole list would push the mistake off the screen.
-    std::fprintf(stderr, "memtrace: unknown %s '%s' (the commands: memtrace --help)\n",
+    std::fprintf(stderr, "memtrace: unknown %s '%s'\nTry 'memtrace --help' for the commands.\n",
                  !first.empty() && first[0] == '-' ? "option" : "command", argv[1]);
     return kExitUsage;
   }

@@ -1873,7 +1873,14 @@ def case_cli_usage(ctx):
                  ["run", "--frob", "--", "true"], ["run", "-o"]):
         r = run_cli(ctx, args)
         check(r.rc == 2, f"memtrace {' '.join(args)}: exit status {r.rc}, expected 2\n{r.describe()}")
-        check("usage" in r.stderr and not r.stdout, f"memtrace {' '.join(args)}: usage not on stderr\n{r.describe()}")
+        check(not r.stdout, f"memtrace {' '.join(args)}: wrote to stdout\n{r.describe()}")
+        if not args:
+            check("usage" in r.stderr, f"memtrace: usage not on stderr\n{r.describe()}")
+            continue
+        # A usage error is the problem in one line and a hint, not the whole help (issue 14).
+        lines = r.stderr.strip().splitlines()
+        check(1 <= len(lines) <= 3 and "--help" in lines[-1],
+              f"memtrace {' '.join(args)}: not one line and a hint\n{r.describe()}")
 
 
 ENV_DUMP = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
