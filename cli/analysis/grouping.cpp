@@ -8,7 +8,8 @@
 
 namespace memtrace::analysis {
 
-std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, GroupBy by) {
+std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, GroupBy by,
+                                StackView* view) {
   // First by (stack id, category): cheap keys; texts are built once per distinct pair.
   struct Acc {
     uint64_t bytes = 0, count = 0;
@@ -31,7 +32,7 @@ std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<Liv
     auto stack = static_cast<reader::StackId>(k >> 32);
     auto cat = static_cast<reader::StrId>(k & 0xffffffffu);
     std::string owner{owner_name(s, cat)};
-    std::string text = by == GroupBy::kOwner ? std::string() : stack_text(s, stack);
+    std::string text = by == GroupBy::kOwner ? std::string() : view ? view->key(stack) : stack_text(s, stack);
     std::pair<std::string, std::string> key{text, by == GroupBy::kStack ? std::string() : owner};
     auto [it, inserted] = merged.try_emplace(key);
     Merged& m = it->second;

@@ -6,12 +6,13 @@
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
+#include "cli/analysis/stack_view.hpp"
 #include "cli/reader/snapshot.hpp"
 
 namespace memtrace::analysis {
 
 struct Group {
-  std::string stack;        // stack_text(); "" when grouping by owner only
+  std::string stack;        // the stack's key (StackView::key, stack_text() without a view); "" by owner
   reader::StackId stack_id = 0;  // one of the stacks with that text (for frame lists)
   std::string owner;        // the owner ("unknown" when none); by stack: the owner holding most bytes
   uint64_t bytes = 0;
@@ -20,7 +21,10 @@ struct Group {
 
 enum class GroupBy { kStack, kOwner, kStackAndOwner };
 
-// Largest first (then most allocations, then by text): the order every command prints.
-std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, GroupBy by);
+// Largest first (then most allocations, then by text): the order every command prints. With a view,
+// stacks are grouped by the frames it shows (rows that would read the same are one row: text
+// reports); without one, by the whole stack (JSON).
+std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, GroupBy by,
+                                StackView* view = nullptr);
 
 }  // namespace memtrace::analysis

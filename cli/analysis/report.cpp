@@ -29,13 +29,19 @@ void producer_json(JsonWriter& j, const reader::Snapshot& s) {
   j.end_object();
 }
 
-void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, bool show_owner, bool show_stack) {
+void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, bool show_owner, bool show_stack,
+                  StackView* view, size_t width) {
+  // "  <10> <6>x  <owner 12>  ": what a row holds before its stack.
+  const size_t lead = 2 + 10 + 1 + 6 + 1 + (show_owner ? 2 + 12 : 0) + 2;
   size_t n = limit == 0 ? groups.size() : std::min(limit, groups.size());
   for (size_t i = 0; i < n; ++i) {
     const Group& g = groups[i];
     std::fprintf(out, "  %10s %6" PRIu64 "x", human_bytes(g.bytes).c_str(), g.count);
     if (show_owner) std::fprintf(out, show_stack ? "  %-12s" : "  %s", g.owner.c_str());
-    if (show_stack) std::fprintf(out, "  %s", g.stack.c_str());
+    if (show_stack) {
+      const size_t room = width == 0 ? 0 : width > lead + 20 ? width - lead : 20;
+      std::fprintf(out, "  %s", view ? view->line(g.stack_id, room).c_str() : g.stack.c_str());
+    }
     std::fputc('\n', out);
   }
   if (n < groups.size()) {

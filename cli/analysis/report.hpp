@@ -23,7 +23,9 @@ void producer_json(JsonWriter& j, const reader::Snapshot& s);
 
 // Text rows "  <bytes> <count>x <owner> <stack>", at most `limit` (0 = all), then "  ... N more
 // (<bytes>)" when some were left out.
-void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, bool show_owner, bool show_stack);
+// The stack is the view's line for the group's stack, cut so the row fits `width` (0: no limit).
+void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, bool show_owner, bool show_stack,
+                  StackView* view = nullptr, size_t width = 0);
 // JSON array of {bytes, count, owner, frames[]} (frames innermost first, as frame texts).
 void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Group>& groups, size_t limit,
                  bool with_stack);
