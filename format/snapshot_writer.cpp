@@ -1,6 +1,8 @@
 #include "format/snapshot_writer.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <type_traits>
 #include <variant>
 
@@ -8,14 +10,14 @@ namespace memtrace::format {
 
 namespace {
 
-// Memoized constants: every key, then the constant values, block states and actions.
+// Memoized constants (SnapshotWriter::kConstantCount): every key, then the constant values,
+// block states and actions.
 enum : int {
   kEmptyValue = kKeyCount,
   kLargeValue,
   kSmallValue,
   kStateFirst,  // + BlockState
   kActionFirst = kStateFirst + kBlockStateCount,  // + Action
-  kConstantCount = kActionFirst + kActionCount,
 };
 
 std::string_view constant_text(int id) {
@@ -71,17 +73,15 @@ size_t SnapshotWriter::FrameKeyHash::operator()(const FrameKey& k) const {
 }
 
 SnapshotWriter::SnapshotWriter(PickleWriter& w, StackSource& stacks, bool include_frames)
-    : w_(w), stacks_(stacks), include_frames_(include_frames), const_memo_(kConstantCount, -1) {
+    : w_(w), stacks_(stacks), include_frames_(include_frames) {
+  static_assert(kActionFirst + kActionCount == kConstantCount);
+  std::fill(std::begin(const_memo_), std::end(const_memo_), kNotYet);
   unknown_ = category(kUnknownCategory);
 }
 
 // ---- strings ----
 
-void SnapshotWriter::constant(int id) {
-  if (const_memo_[id] >= 0) {
-    w_.get(static_cast<uint32_t>(const_memo_[id]));
-    return;
-  }
+void SnapshotWriter::first_constant(int id) {
   w_.str(constant_text(id));
   const_memo_[id] = w_.memoize();
 }
@@ -149,14 +149,13 @@ void SnapshotWriter::empty_list() {
   empty_memo_ = w_.memoize();
 }
 
-void SnapshotWriter::frames(uint64_t stack) {
+void SnapshotWriter::frames(uint32_t stack) {
   if (!include_frames_ || stack == 0) {
     empty_list();
     return;
   }
-  auto it = stack_memo_.find(stack);
-  if (it != stack_memo_.end()) {
-    w_.get(it->second);
+  if (stack < stack_memo_.size() && stack_memo_[stack] != kNotYet) {
+    w_.get(stack_memo_[stack]);
     return;
   }
   frame_list(stack);
@@ -174,12 +173,13 @@ void SnapshotWriter::frame_dict(const Frame& f) {
 }
 
 // The first use of a stack: its frame list, unless the same frames were written as a list before.
-void SnapshotWriter::frame_list(uint64_t stack) {
+void SnapshotWriter::frame_list(uint32_t stack) {
+  if (stack >= stack_memo_.size()) stack_memo_.resize(size_t{stack} + 1, kNotYet);
   tmp_.clear();
   stacks_.frames(stack, &tmp_);
   if (tmp_.empty()) {
     empty_list();
-    stack_memo_.emplace(stack, static_cast<uint32_t>(empty_memo_));
+    stack_memo_[stack] = static_cast<uint32_t>(empty_memo_);
     return;
   }
   // Two stack ids can give the same frames (they differed only inside memtrace): share the list.
@@ -197,7 +197,7 @@ void SnapshotWriter::frame_list(uint64_t stack) {
   if (all_known) {
     auto it = list_memo_.find(ids_key());
     if (it != list_memo_.end()) {
-      stack_memo_.emplace(stack, it->second);
+      stack_memo_[stack] = it->second;
       w_.get(it->second);
       return;
     }
@@ -224,7 +224,7 @@ void SnapshotWriter::frame_list(uint64_t stack) {
   w_.end_list();
   uint32_t m = w_.memoize();
   list_memo_.emplace(ids_key(), m);
-  stack_memo_.emplace(stack, m);
+  stack_memo_[stack] = m;
   ++stats_.frame_lists;
 }
 

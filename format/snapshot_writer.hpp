@@ -49,13 +49,13 @@ struct Frame {
 };
 
 // Where the writer gets a stack's frames, the first time it writes that stack. Stack ids are the
-// caller's; 0 is the empty stack and is never asked for. The views must stay valid until the
-// writer is done.
+// caller's, small and dense (table indices: the writer keeps a vector indexed by them); 0 is the
+// empty stack and is never asked for. The views must stay valid until the writer is done.
 class StackSource {
  public:
   virtual ~StackSource() = default;
   // Appends the frames of `stack`, innermost first.
-  virtual void frames(uint64_t stack, std::vector<Frame>* out) = 0;
+  virtual void frames(uint32_t stack, std::vector<Frame>* out) = 0;
 };
 
 // A category (the owner of an entry), as SnapshotWriter::category() numbers them.
@@ -71,7 +71,7 @@ struct Entry {
   uint64_t device_free = 0;    // written on oom only
   const char* note = nullptr;  // user_metadata: a static string, or nullptr for ''
   Category category = 0;
-  uint64_t stack = 0;  // 0: no stack, and no 'frames' key
+  uint32_t stack = 0;  // 0: no stack, and no 'frames' key
 };
 
 struct Block {
@@ -79,7 +79,7 @@ struct Block {
   uint64_t size = 0;
   uint64_t requested_size = 0;
   BlockState state = BlockState::ActiveAllocated;  // Other is not written: callers choose one of the three
-  uint64_t stack = 0;
+  uint32_t stack = 0;
   const char* note = nullptr;  // user_metadata when set (a static string)
 };
 
@@ -91,7 +91,7 @@ struct Segment {
   std::string_view segment_type;  // kLargePool, kSmallPool, or another name; "" leaves the key out
   std::optional<std::pair<int64_t, int64_t>> pool_id;  // segment_pool_id, when known
   bool is_expandable = false;
-  uint64_t stack = 0;
+  uint32_t stack = 0;
   const char* note = nullptr;  // user_metadata when set (a static string)
 };
 
@@ -182,14 +182,22 @@ class SnapshotWriter {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
   };
 
-  void constant(int id);
+  // Memoized constants: every key, then '', the two pool names, the block states and the actions.
+  static constexpr int kConstantCount = kKeyCount + 3 + kBlockStateCount + kActionCount;
+  void constant(int id) {
+    if (const_memo_[id] != kNotYet)
+      w_.get(const_memo_[id]);
+    else
+      first_constant(id);
+  }
+  void first_constant(int id);
   void key(Key k);
   void shared_str(std::string_view s);
   void note(const char* n);
   void write_category(Category c);
   void empty_list();
-  void frames(uint64_t stack);
-  void frame_list(uint64_t stack);
+  void frames(uint32_t stack);
+  void frame_list(uint32_t stack);
   void frame_dict(const Frame& f);
   void exact_beside(Key exact_key, uint64_t v);
   void entry_dict(const Entry& e, std::string_view unshared_note);
@@ -202,10 +210,11 @@ class SnapshotWriter {
   const bool include_frames_;
   WriterStats stats_;
 
-  std::vector<int64_t> const_memo_;  // by constant id (keys, values, states, actions); -1: not yet
+  static constexpr uint32_t kNotYet = UINT32_MAX;  // a memo slot not written yet
+  uint32_t const_memo_[kConstantCount];
   std::unordered_map<std::string_view, uint32_t> text_memo_;
   std::unordered_map<const char*, uint32_t> note_memo_;
-  std::unordered_map<uint64_t, uint32_t> stack_memo_;
+  std::vector<uint32_t> stack_memo_;  // by stack id
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_memo_;
   std::unordered_map<std::string, uint32_t> list_memo_;
   int64_t empty_memo_ = -1;

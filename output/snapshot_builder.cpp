@@ -45,7 +45,6 @@
 #include <algorithm>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "format/snapshot_writer.hpp"
@@ -67,9 +66,7 @@ using format::Key;
 class Stacks final : public format::StackSource {
  public:
   explicit Stacks(FrameSource& src) : src_(src) {}
-  void frames(uint64_t stack, std::vector<format::Frame>* out) override {
-    src_.frames(static_cast<uint32_t>(stack), out);
-  }
+  void frames(uint32_t stack, std::vector<format::Frame>* out) override { src_.frames(stack, out); }
 
  private:
   FrameSource& src_;
@@ -125,7 +122,6 @@ class Builder {
 
     w_.allocator_settings(top_settings(), metadata());
     w_.end();
-    st_.distinct_stacks = categories_.size();
     st_.frame_lists = w_.stats().frame_lists;
     st_.frame_dicts = w_.stats().frame_dicts;
   }
@@ -137,13 +133,13 @@ class Builder {
     uint32_t n_blocks;
   };
 
-  // The owner of a stack, asked once per stack.
+  // The owner of a stack, asked once per stack (stack ids are the stack table's: dense).
   format::Category category_of(uint32_t stack_id) {
-    if (stack_id == 0) return w_.category(format::kUnknownCategory);
-    auto it = categories_.find(stack_id);
-    if (it != categories_.end()) return it->second;
-    format::Category c = w_.category(src_.owner(stack_id));
-    categories_.emplace(stack_id, c);
+    if (stack_id < categories_.size() && categories_[stack_id] != kNoCategory) return categories_[stack_id];
+    if (stack_id >= categories_.size()) categories_.resize(size_t{stack_id} + 1, kNoCategory);
+    format::Category c = stack_id == 0 ? w_.category(format::kUnknownCategory) : w_.category(src_.owner(stack_id));
+    categories_[stack_id] = c;
+    st_.distinct_stacks += stack_id != 0;
     return c;
   }
 
@@ -410,7 +406,8 @@ class Builder {
   Stacks stacks_;
   format::SnapshotWriter w_;
 
-  std::unordered_map<uint32_t, format::Category> categories_;  // by stack id
+  static constexpr format::Category kNoCategory = UINT32_MAX;
+  std::vector<format::Category> categories_;  // by stack id
   format::UnknownMarkerPlan plan_;
   std::vector<format::Block> blocks_;
 

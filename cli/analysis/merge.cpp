@@ -60,23 +60,27 @@ bool is_live(reader::BlockState st) {
 
 enum File : int { kPyTorch = 0, kMemtrace = 1 };
 
-// Both files' stacks, as the writer asks for them: the file in the high half of the id, so that
-// identical frames from either file still share one frame dict and one list (the writer shares by
+// Both files' stacks, as the writer asks for them: PyTorch's ids as they are, memtrace's after them.
+// Identical frames from either file still share one frame dict and one list (the writer shares by
 // content).
 class MergedStacks final : public format::StackSource {
  public:
-  MergedStacks(const Snapshot& pt, const Snapshot& mt) : files_{&pt, &mt} {}
-  static uint64_t id(File f, reader::StackId s) { return s == 0 ? 0 : (static_cast<uint64_t>(f) + 1) << 32 | s; }
-  void frames(uint64_t id, std::vector<format::Frame>* out) override {
-    const Snapshot& s = *files_[(id >> 32) - 1];
-    for (reader::FrameId f : s.stacks[static_cast<reader::StackId>(id)]) {
+  MergedStacks(const Snapshot& pt, const Snapshot& mt) : pt_(pt), mt_(mt) {}
+  uint32_t id(File f, reader::StackId s) const {
+    return s == 0 || f == kPyTorch ? s : static_cast<uint32_t>(pt_.stacks.size()) + s;
+  }
+  void frames(uint32_t id, std::vector<format::Frame>* out) override {
+    const bool pt = id < pt_.stacks.size();
+    const Snapshot& s = pt ? pt_ : mt_;
+    for (reader::FrameId f : s.stacks[pt ? id : id - static_cast<uint32_t>(pt_.stacks.size())]) {
       const reader::Frame& fr = s.frames[f];
       out->push_back(format::Frame{s.str(fr.filename), s.str(fr.name), fr.line});
     }
   }
 
  private:
-  const Snapshot* files_[2];
+  const Snapshot& pt_;
+  const Snapshot& mt_;
 };
 
 // One trace entry of the merged list: where it comes from and which category it is written with.
@@ -243,7 +247,7 @@ class Merger {
     x.time_us = e.time_us;
     x.device_free = e.device_free.value_or(0);
     x.category = it.category;
-    x.stack = MergedStacks::id(it.file, e.stack);
+    x.stack = stacks_.id(it.file, e.stack);
     return x;
   }
 
@@ -254,7 +258,7 @@ class Merger {
     for (const reader::Block& b : seg.blocks) {
       // A state the reader did not know is written as free space, which is what the viewer makes of it.
       reader::BlockState st = b.state == reader::BlockState::Other ? reader::BlockState::Inactive : b.state;
-      blocks_.push_back(format::Block{b.address, b.size, b.requested_size, st, MergedStacks::id(r.file, b.stack),
+      blocks_.push_back(format::Block{b.address, b.size, b.requested_size, st, stacks_.id(r.file, b.stack),
                                       nullptr});
     }
     format::Segment out;
@@ -264,7 +268,7 @@ class Merger {
     out.stream = seg.stream;
     out.segment_type = s.str(seg.segment_type);
     out.is_expandable = seg.is_expandable;
-    out.stack = MergedStacks::id(r.file, seg.stack);
+    out.stack = stacks_.id(r.file, seg.stack);
     w_.segment(out, blocks_);
   }
 

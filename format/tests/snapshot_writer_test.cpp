@@ -16,9 +16,9 @@ namespace {
 
 class MapStacks final : public StackSource {
  public:
-  std::map<uint64_t, std::vector<Frame>> stacks;
+  std::map<uint32_t, std::vector<Frame>> stacks;
   int calls = 0;
-  void frames(uint64_t id, std::vector<Frame>* out) override {
+  void frames(uint32_t id, std::vector<Frame>* out) override {
     ++calls;
     auto it = stacks.find(id);
     if (it != stacks.end()) out->insert(out->end(), it->second.begin(), it->second.end());
