@@ -45,7 +45,7 @@ bool Decoder::decode_top(Value top, Problem* p) {
   if (!vm_.is_kind(top, ObjKind::kDict)) {
     p->what = std::string("not a snapshot: the pickle holds a ") +
               (vm_.is_kind(top, ObjKind::kRecord) ? "trace entry or frame dict" : vm_.type_name(top)) +
-              ", expected a dict with 'segments' and 'device_traces'";
+              ", expected a dict with " + quoted(Key::Segments) + " and " + quoted(Key::DeviceTraces);
     p->offset = offset_of(top, 0);
     return false;
   }
@@ -54,7 +54,10 @@ bool Decoder::decode_top(Value top, Problem* p) {
   const Value* tr = find(o, Key::DeviceTraces);
   if (!seg || !tr) {
     p->what = std::string("not a snapshot: the top-level dict has no ") +
-              (!seg && !tr ? "'segments' and no 'device_traces'" : !seg ? "'segments'" : "'device_traces'") + " key";
+              (!seg && !tr ? quoted(Key::Segments) + " and no " + quoted(Key::DeviceTraces)
+               : !seg      ? quoted(Key::Segments)
+                           : quoted(Key::DeviceTraces)) +
+              " key";
     p->offset = vm_.obj(o).offset();
     return false;
   }

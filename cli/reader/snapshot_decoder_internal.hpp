@@ -104,6 +104,8 @@ class Decoder final : public pickle::DictHook {
     return static_cast<Key>(field_of_[k.payload()] - 1);
   }
   const char* key_text(Key k) const { return format::key_name(k); }
+  // A key as the messages name it: 'segments'.
+  static std::string quoted(Key k) { return std::string("'") + format::key_name(k) + "'"; }
 
   // ---- field readers: false with *why set ("'size' is a str, expected an int") ----
   bool u64(Value v, Key k, uint64_t* out, std::string* why) const {

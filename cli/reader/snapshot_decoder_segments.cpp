@@ -6,7 +6,7 @@
 namespace memtrace::reader::detail {
 
 bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
-  std::string where = "segments[" + std::to_string(index) + "]";
+  std::string where = key_text(Key::Segments) + ("[" + std::to_string(index) + "]");
   if (!vm_.is_kind(v, ObjKind::kDict)) {
     p->what = where + " is a " + (vm_.is_kind(v, ObjKind::kRecord) ? std::string("trace entry or frame")
                                                                   : std::string(vm_.type_name(v))) +
@@ -20,7 +20,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
   std::string why;
   auto need = [&](Key k) -> const Value* {
     const Value* f = find(o, k);
-    if (!f) p->what = where + ": no '" + key_text(k) + "' key";
+    if (!f) p->what = where + ": no " + quoted(k) + " key";
     return f;
   };
   const Value* address = need(Key::Address);
@@ -35,7 +35,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
     if (const Value* f = find(o, Key::Device)) ok = i64(*f, Key::Device, &dev, &why);
   }
   if (ok && (dev < -1 || dev > 1 << 20)) {
-    why = "'device' is " + std::to_string(dev) + ", not a device index";
+    why = quoted(Key::Device) + " is " + std::to_string(dev) + ", not a device index";
     ok = false;
   }
   seg.device = static_cast<int>(dev);
@@ -50,7 +50,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
       if (f->is_bool()) {
         seg.is_expandable = f->payload() == 2;
       } else if (!f->is_none()) {
-        why = std::string("'is_expandable' is a ") + vm_.type_name(*f) + ", expected a bool";
+        why = quoted(Key::IsExpandable) + " is a " + vm_.type_name(*f) + ", expected a bool";
         ok = false;
       }
     }
@@ -63,7 +63,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
     return false;
   }
   if (!vm_.is_kind(*blocks, ObjKind::kList) && !vm_.is_kind(*blocks, ObjKind::kTuple)) {
-    p->what = where + ": 'blocks' is a " + vm_.type_name(*blocks) + ", expected a list";
+    p->what = where + ": " + quoted(Key::Blocks) + " is a " + vm_.type_name(*blocks) + ", expected a list";
     return false;
   }
   size_t nb;
@@ -73,7 +73,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
   uint64_t addr = seg.address;
   for (size_t i = 0; i < nb; ++i) {
     Block blk;
-    if (!decode_block(b[i], where + ".blocks[" + std::to_string(i) + "]", &blk, p)) return false;
+    if (!decode_block(b[i], where + "." + key_text(Key::Blocks) + "[" + std::to_string(i) + "]", &blk, p)) return false;
     blk.address = addr;
     addr += blk.size;
     seg.blocks.push_back(blk);
@@ -92,7 +92,7 @@ bool Decoder::decode_block(Value v, const std::string& where, Block* blk, Proble
   uint32_t bo = static_cast<uint32_t>(v.payload());
   const Value* size = find(bo, Key::Size);
   if (!size) {
-    p->what = where + ": no 'size' key";
+    p->what = where + ": no " + quoted(Key::Size) + " key";
     p->offset = vm_.obj(bo).offset();
     return false;
   }
@@ -139,7 +139,7 @@ bool Decoder::decode_block(Value v, const std::string& where, Block* blk, Proble
 
 bool Decoder::decode_segments(Value v, Problem* p) {
   if (!vm_.is_kind(v, ObjKind::kList) && !vm_.is_kind(v, ObjKind::kTuple)) {
-    p->what = std::string("'segments' is a ") + vm_.type_name(v) + ", expected a list";
+    p->what = quoted(Key::Segments) + " is a " + vm_.type_name(v) + ", expected a list";
     p->offset = offset_of(v, 0);
     return false;
   }

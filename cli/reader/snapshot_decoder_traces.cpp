@@ -29,7 +29,7 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
     switch (field(kv[2 * i])) {
       case Key::Action:
         if (!v.is_str()) {
-          *why = std::string("'action' is a ") + vm_.type_name(v) + ", expected a str";
+          *why = quoted(Key::Action) + " is a " + vm_.type_name(v) + ", expected a str";
           return false;
         }
         e->action_str = static_cast<StrId>(v.payload());
@@ -76,7 +76,7 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
   if (size_exact) e->size = size_exact;
   if (free_exact) e->device_free = free_exact;
   if (!have_action) {
-    *why = "no 'action' key";
+    *why = "no " + quoted(Key::Action) + " key";
     return false;
   }
   return true;
@@ -162,7 +162,7 @@ bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
       for (size_t i = 0; i < n; ++i) {
         FrameId f;
         if (!frame_of(it[i], &f, why)) {
-          *why = "'frames': " + *why;
+          *why = quoted(Key::Frames) + ": " + *why;
           return false;
         }
         ids_tmp_.push_back(f);
@@ -172,7 +172,7 @@ bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
       return true;
     }
   }
-  *why = std::string("'frames' is a ") + vm_.type_name(v) + ", expected a list";
+  *why = quoted(Key::Frames) + " is a " + vm_.type_name(v) + ", expected a list";
   return false;
 }
 
@@ -219,7 +219,7 @@ bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs
 
 bool Decoder::decode_traces(Value v, Problem* p) {
   if (!vm_.is_kind(v, ObjKind::kList) && !vm_.is_kind(v, ObjKind::kTuple)) {
-    p->what = std::string("'device_traces' is a ") + vm_.type_name(v) + ", expected a list of lists";
+    p->what = quoted(Key::DeviceTraces) + " is a " + vm_.type_name(v) + ", expected a list of lists";
     p->offset = offset_of(v, 0);
     return false;
   }
@@ -229,7 +229,8 @@ bool Decoder::decode_traces(Value v, Problem* p) {
   std::vector<uint32_t> refs(pool_.size(), 0);
   for (size_t d = 0; d < nd; ++d) {
     if (!vm_.is_kind(dev[d], ObjKind::kList) && !vm_.is_kind(dev[d], ObjKind::kTuple)) {
-      p->what = "device_traces[" + std::to_string(d) + "] is a " + vm_.type_name(dev[d]) + ", expected a list";
+      p->what = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "] is a ") + vm_.type_name(dev[d]) +
+                ", expected a list";
       p->offset = offset_of(dev[d], offset_of(v, 0));
       return false;
     }
@@ -278,7 +279,7 @@ bool Decoder::decode_traces(Value v, Problem* p) {
         }
       }
       if (why.empty()) why = std::string("is a ") + vm_.type_name(e) + ", expected a trace entry dict";
-      p->what = "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]: " + why;
+      p->what = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "][" + std::to_string(i) + "]: ") + why;
       p->offset = offset_of(e, offset_of(dev[d], 0));
       return false;
     }
