@@ -8,7 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "format/snapshot_writer.hpp"
+#include "format/frame.hpp"
 
 namespace memtrace::unwind {
 class StackTable;
