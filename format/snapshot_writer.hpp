@@ -20,8 +20,8 @@
 //
 // Call order: begin(), then the top-level lists (begin_top_list ... end_list), device_traces
 // first and `frames` last in each entry so that the first entry memoizes every entry key before any
-// frame (2-byte BINGETs), then allocator_settings(), then end(). Throws only what allocation throws
-// (and PickleWriter's nesting errors, which these calls never reach).
+// frame (2-byte BINGETs), then allocator_settings(), then end(). Throws only what allocation and the
+// StackSource throw (and PickleWriter's nesting errors, which these calls never reach).
 #pragma once
 #include <cstddef>
 #include <cstdint>
