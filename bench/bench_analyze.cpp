@@ -32,7 +32,7 @@
 #include "../output/tests/fake_source.hpp"
 #include "cli/analysis/device_history.hpp"
 #include "cli/reader/snapshot.hpp"
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 #include "output/snapshot_builder.hpp"
 
 using namespace memtrace;
@@ -186,10 +186,10 @@ int main(int argc, char** argv) {
     fill_source(src);
     output::BuildOptions o;
     o.meta.reason = "bench";
-    output::PickleWriter w;
+    format::PickleWriter w;
     output::build_snapshot(st, src, o, w);
     std::string err;
-    if (!output::write_file_atomically(path, w.bytes(), &err)) {
+    if (!format::write_file_atomically(path, w.bytes(), &err)) {
       std::fprintf(stderr, "bench_analyze: %s\n", err.c_str());
       _exit(1);
     }

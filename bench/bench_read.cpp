@@ -31,7 +31,7 @@
 
 #include "../output/tests/fake_source.hpp"
 #include "cli/reader/snapshot.hpp"
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 #include "output/snapshot_builder.hpp"
 
 using namespace memtrace;
@@ -304,10 +304,10 @@ int main(int argc, char** argv) {
     fill_source(src);
     output::BuildOptions o;
     o.meta.reason = "bench";
-    output::PickleWriter w;
+    format::PickleWriter w;
     output::build_snapshot(st, src, o, w);
     std::string err;
-    if (!output::write_file_atomically(mt_path, w.bytes(), &err)) {
+    if (!format::write_file_atomically(mt_path, w.bytes(), &err)) {
       std::printf("cannot write %s: %s\n", mt_path.c_str(), err.c_str());
       return 1;
     }

@@ -30,11 +30,13 @@
 
 #include "../output/tests/fake_source.hpp"
 #include "core/recorder.hpp"
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 #include "output/snapshot_builder.hpp"
 
 using namespace memtrace;
 using namespace memtrace::output;
+using memtrace::format::PickleWriter;
+using memtrace::format::write_file_atomically;
 using Clock = std::chrono::steady_clock;
 
 namespace {

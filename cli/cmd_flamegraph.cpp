@@ -8,7 +8,7 @@
 #include "cli/analysis/human_size.hpp"
 #include "cli/analysis/json_writer.hpp"
 #include "cli/commands.hpp"
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 
 namespace memtrace::cli {
 
@@ -56,7 +56,7 @@ int cmd_flamegraph(int argc, char** argv) {
     return 0;
   }
   std::string error;
-  if (!output::write_file_atomically(cl->output, text, &error)) {
+  if (!format::write_file_atomically(cl->output, text, &error)) {
     std::fprintf(stderr, "memtrace flamegraph: %s\n", error.c_str());
     return 1;
   }

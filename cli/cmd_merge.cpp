@@ -8,8 +8,8 @@
 #include "cli/analysis/json_writer.hpp"
 #include "cli/analysis/merge.hpp"
 #include "cli/commands.hpp"
-#include "output/atomic_file.hpp"
-#include "output/pickle_writer.hpp"
+#include "format/atomic_file.hpp"
+#include "format/pickle_writer.hpp"
 
 namespace memtrace::cli {
 
@@ -46,10 +46,10 @@ int cmd_merge(int argc, char** argv) {
   if (pt->producer == reader::Producer::kMemtrace)
     std::fprintf(stderr, "memtrace merge: warning: %s was written by memtrace, not PyTorch\n", cl->args[0].c_str());
 
-  output::PickleWriter w;
+  format::PickleWriter w;
   MergeStats st = merge_snapshots(*pt, *mt, MergeOptions{cl->device, cl->args[0], cl->args[1]}, w);
   std::string error;
-  if (!output::write_file_atomically(cl->output, w.bytes(), &error)) {
+  if (!format::write_file_atomically(cl->output, w.bytes(), &error)) {
     std::fprintf(stderr, "memtrace merge: %s\n", error.c_str());
     return 1;
   }

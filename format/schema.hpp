@@ -36,6 +36,10 @@ inline const char* action_name(Action a) {
   return i < kActionCount ? kActionNames[i] : "other";
 }
 
+// An action newer PyTorch writes (record_function annotations). memtrace never does; its reader
+// keeps it as Other, and `memtrace merge` carries it over.
+inline constexpr std::string_view kAnnotateAction = "annotate";
+
 // Parses one name; returns false for an unknown one (and leaves *out alone).
 inline bool parse_action(std::string_view name, Action* out) {
   for (int i = 0; i < kActionCount; ++i) {
@@ -53,6 +57,9 @@ enum class BlockState : uint8_t { ActiveAllocated, ActivePendingFree, Inactive, 
 inline constexpr int kBlockStateCount = 3;
 inline constexpr const char* kBlockStateNames[kBlockStateCount] = {"active_allocated", "active_pending_free",
                                                                    "inactive"};
+// PyTorch's Python docs spell ActivePendingFree this way; its C++ and the viewer use the name
+// above (docs/snapshot-format.md, "Blocks and block states"). Readers accept both.
+inline constexpr std::string_view kAwaitingFreeAlias = "active_awaiting_free";
 inline const char* block_state_name(BlockState s) {
   const int i = static_cast<int>(s);
   return i < kBlockStateCount ? kBlockStateNames[i] : "other";

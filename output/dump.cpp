@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "core/log.hpp"
-#include "output/atomic_file.hpp"
-#include "output/pickle_writer.hpp"
+#include "format/atomic_file.hpp"
+#include "format/pickle_writer.hpp"
 #include "output/snapshot_builder.hpp"
 #include "output/summary.hpp"
 
@@ -51,7 +51,7 @@ DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const D
       bo.meta.reason = dump_kind_name(request.kind);
       bo.allocator = request.allocator;
 
-      PickleWriter w(estimate_bytes(state));
+      format::PickleWriter w(estimate_bytes(state));
       try {
         build_snapshot(state, frames, bo, w);
       } catch (const std::bad_alloc&) {
@@ -65,7 +65,7 @@ DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const D
         build_snapshot(state, none, bo, w);
       }
       std::string err;
-      if (write_file_atomically(rep.path, w.bytes(), &err)) {
+      if (format::write_file_atomically(rep.path, w.bytes(), &err)) {
         rep.written = true;
         rep.bytes = w.size();
       } else {

@@ -8,6 +8,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "format/frame.hpp"
+
 namespace memtrace::unwind {
 class StackTable;
 class Symbolizer;
@@ -15,12 +17,8 @@ class Symbolizer;
 
 namespace memtrace::output {
 
-// One frame as the viewer shows it: filename:line:name.
-struct FrameRef {
-  std::string_view filename;  // source file, else the module path
-  std::string_view name;      // function
-  int line = 0;
-};
+// One frame as the viewer shows it (filename:line:name), as the snapshot writer takes it.
+using FrameRef = format::Frame;
 
 class FrameSource {
  public:

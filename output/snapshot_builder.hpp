@@ -1,5 +1,5 @@
 // StateCopy -> the dict PyTorch's memory viewer and _memory_viz.py read (docs/snapshot-format.md,
-// "The snapshot dict"), pickled straight into a PickleWriter.
+// "The snapshot dict"), written by format::SnapshotWriter straight into a PickleWriter.
 //
 // Shape written (in this order):
 //   device_traces  one list per device index 0..N-1 (N >= 1 and covers every device used), oldest
@@ -19,9 +19,10 @@
 #include <string>
 
 #include "core/records.hpp"
+#include "format/keys.hpp"
+#include "format/pickle_writer.hpp"
 #include "format/setting.hpp"
 #include "output/frame_source.hpp"
-#include "output/pickle_writer.hpp"
 
 namespace memtrace::output {
 
@@ -39,7 +40,7 @@ struct SnapshotMeta {
 // Which allocator served the program and how it was set, for allocator_settings. The owner of the
 // settings describes them (preload/caching_mode.cpp); this side only writes them.
 struct AllocatorSettings {
-  std::string mode = "passthrough";  // allocator_settings['memtrace']['allocator']
+  std::string mode{format::kAllocatorPassthrough};  // allocator_settings['memtrace']['allocator']
   // PyTorch's top-level keys: each replaces the default of the same key (PyTorch's defaults are
   // written for the others); a key PyTorch does not have is written after them.
   format::Settings pytorch;
@@ -60,7 +61,7 @@ struct BuildStats {
   size_t device_entries = 0;  // written into device_traces (repairs and marker included)
   size_t host_entries = 0;
   size_t device_lists = 0;
-  size_t distinct_stacks = 0;  // stack ids resolved
+  size_t distinct_stacks = 0;  // stack ids whose owner was resolved
   size_t frame_lists = 0;      // distinct frame lists written (shared by memo after that)
   size_t frame_dicts = 0;      // distinct frame dicts written
   size_t repaired_frees = 0;   // half free pairs completed (see snapshot_builder.cpp)
@@ -71,8 +72,8 @@ struct BuildStats {
 
 // Writes a whole pickle (PROTO ... STOP) into w, which should be empty.
 // Throws only what allocation throws.
-void build_snapshot(const StateCopy& state, FrameSource& frames, const BuildOptions& options, PickleWriter& w,
-                    BuildStats* stats = nullptr);
+void build_snapshot(const StateCopy& state, FrameSource& frames, const BuildOptions& options,
+                    format::PickleWriter& w, BuildStats* stats = nullptr);
 
 // True when a live record belongs in host_segments (and its entries in host_traces): pinned or
 // registered host memory, or memory not tied to a device index 0..kMaxDevices-1.

@@ -1,12 +1,15 @@
+// Two reader::Snapshots translated into format::SnapshotWriter calls: which segments and entries
+// go in (merge.hpp), and in which order. How each dict is written, its frame sharing and the
+// 'unknown' marker are the writer's (format/snapshot_writer.hpp).
 #include "cli/analysis/merge.hpp"
 
 #include <algorithm>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
+#include "format/snapshot_writer.hpp"
 
 namespace memtrace::analysis {
 
@@ -47,91 +50,45 @@ bool is_segment_action(Action a) {
          a == Action::SegmentUnmap;
 }
 
-// Writes frame lists so that identical frames and identical lists, from either file, are one
-// pickled object each (memo), as PyTorch's own snapshots share them.
-class FrameLists {
- public:
-  explicit FrameLists(output::PickleWriter& w) : w_(w) {}
+bool keeps_action(const reader::TraceEntry& e, const Snapshot& s) {
+  return e.action != Action::Other || s.str(e.action_str) == format::kAnnotateAction;
+}
 
-  void write(const Snapshot& s, reader::StackId id) {
-    auto& cache = cache_[&s];
-    if (cache.empty()) cache.assign(s.stacks.size(), UINT32_MAX);
-    if (cache[id] != UINT32_MAX) return w_.get(cache[id]);
-    // Frame memo indices first (writing any new frame dict inside the list).
-    const auto& frames = s.stacks[id];
-    std::string key;
-    std::vector<int64_t> known;
-    bool all_known = true;
-    for (reader::FrameId f : frames) {
-      auto it = frame_memo_.find(frame_key(s, f));
-      known.push_back(it == frame_memo_.end() ? -1 : it->second);
-      if (it == frame_memo_.end()) all_known = false;
+bool is_live(reader::BlockState st) {
+  return st == reader::BlockState::ActiveAllocated || st == reader::BlockState::ActivePendingFree;
+}
+
+enum File : int { kPyTorch = 0, kMemtrace = 1 };
+
+// Both files' stacks, as the writer asks for them: PyTorch's ids as they are, memtrace's after them.
+// Identical frames from either file still share one frame dict and one list (the writer shares by
+// content).
+class MergedStacks final : public format::StackSource {
+ public:
+  MergedStacks(const Snapshot& pt, const Snapshot& mt) : pt_(pt), mt_(mt) {}
+  uint32_t id(File f, reader::StackId s) const {
+    return s == 0 || f == kPyTorch ? s : static_cast<uint32_t>(pt_.stacks.size()) + s;
+  }
+  void frames(uint32_t id, std::vector<format::Frame>* out) override {
+    const bool pt = id < pt_.stacks.size();
+    const Snapshot& s = pt ? pt_ : mt_;
+    for (reader::FrameId f : s.stacks[pt ? id : id - static_cast<uint32_t>(pt_.stacks.size())]) {
+      const reader::Frame& fr = s.frames[f];
+      out->push_back(format::Frame{s.str(fr.filename), s.str(fr.name), fr.line});
     }
-    if (all_known) {
-      for (int64_t m : known) key.append(reinterpret_cast<const char*>(&m), sizeof m);
-      auto it = list_memo_.find(key);
-      if (it != list_memo_.end()) {
-        cache[id] = it->second;
-        return w_.get(it->second);
-      }
-    }
-    w_.begin_list();
-    for (size_t i = 0; i < frames.size(); ++i) {
-      w_.item();
-      std::string fk = frame_key(s, frames[i]);
-      auto it = frame_memo_.find(fk);
-      if (it != frame_memo_.end()) {
-        known[i] = it->second;
-        w_.get(it->second);
-        continue;
-      }
-      const reader::Frame& fr = s.frames[frames[i]];
-      w_.begin_dict();
-      w_.key("filename");
-      w_.str(s.str(fr.filename));
-      w_.key("line");
-      w_.integer(fr.line);
-      w_.key("name");
-      w_.str(s.str(fr.name));
-      w_.end_dict();
-      known[i] = w_.memoize();
-      frame_memo_.emplace(std::move(fk), static_cast<uint32_t>(known[i]));
-    }
-    w_.end_list();
-    uint32_t m = w_.memoize();
-    key.clear();
-    for (int64_t k : known) key.append(reinterpret_cast<const char*>(&k), sizeof k);
-    list_memo_.emplace(std::move(key), m);
-    cache[id] = m;
   }
 
  private:
-  static std::string frame_key(const Snapshot& s, reader::FrameId f) {
-    const reader::Frame& fr = s.frames[f];
-    std::string k{s.str(fr.filename)};
-    k += '\0';
-    k += s.str(fr.name);
-    k += '\0';
-    k += std::to_string(fr.line);
-    return k;
-  }
-
-  output::PickleWriter& w_;
-  std::unordered_map<const Snapshot*, std::vector<uint32_t>> cache_;
-  std::unordered_map<std::string, uint32_t> frame_memo_;
-  std::unordered_map<std::string, uint32_t> list_memo_;
+  const Snapshot& pt_;
+  const Snapshot& mt_;
 };
 
 // One trace entry of the merged list: where it comes from and which category it is written with.
 struct Item {
-  const Snapshot* src;
+  File file;
   const reader::TraceEntry* e;
-  std::string_view category;
+  format::Category category;
 };
-
-bool keeps_action(const reader::TraceEntry& e, const Snapshot& s) {
-  return e.action != Action::Other || s.str(e.action_str) == "annotate";
-}
 
 // Indices where each unit (an entry, or a free_requested + its free_completed) starts.
 std::vector<size_t> units(const std::vector<Item>& v) {
@@ -145,191 +102,123 @@ std::vector<size_t> units(const std::vector<Item>& v) {
   return u;
 }
 
-void write_entry(output::PickleWriter& w, FrameLists& fl, const Item& it) {
-  const reader::TraceEntry& e = *it.e;
-  const Snapshot& s = *it.src;
-  w.begin_dict();
-  w.key("action");
-  w.str(e.action == Action::Other ? s.str(e.action_str) : reader::action_name(e.action));
-  if (e.action != Action::Oom) {
-    w.key("addr");
-    w.uinteger(e.addr);
+class Merger {
+ public:
+  Merger(const Snapshot& pt, const Snapshot& mt, const MergeOptions& o, format::PickleWriter& w)
+      : pt_(pt), mt_(mt), o_(o), stacks_(pt, mt), w_(w, stacks_) {
+    n_dev_ = std::max({device_count(pt), device_count(mt), o.device ? *o.device + 1 : 1, 1});
+    lists_.resize(n_dev_);
   }
-  w.key("size");
-  w.uinteger(e.size);
-  w.key("stream");
-  w.uinteger(e.stream);
-  if (e.action == Action::Oom) {
-    w.key("device_free");
-    w.uinteger(e.device_free.value_or(0));
-  }
-  if (e.time_us) {
-    w.key("time_us");
-    w.integer(e.time_us);
-  }
-  w.key("category");
-  w.str(it.category);
-  w.key("frames");
-  fl.write(s, e.stack);
-  w.end_dict();
-}
 
-bool is_live(reader::BlockState st) {
-  return st == reader::BlockState::ActiveAllocated || st == reader::BlockState::ActivePendingFree;
-}
+  MergeStats run() {
+    find_duplicates();
+    select_segments();
+    for (int d = 0; d < n_dev_; ++d)
+      if (wanted(d)) merge_list(d);
+    const int marker_dev = plan_.list();
 
-void write_segment(output::PickleWriter& w, FrameLists& fl, const Snapshot& s, const reader::Segment& seg) {
-  uint64_t allocated = 0, active = 0, requested = 0;
-  for (const reader::Block& b : seg.blocks) {
-    if (b.state == reader::BlockState::ActiveAllocated) allocated += b.size;
-    if (is_live(b.state)) {
-      active += b.size;
-      requested += b.requested_size;
+    w_.begin();
+    w_.begin_top_list(format::Key::DeviceTraces);
+    for (int d = 0; d < n_dev_; ++d) {
+      w_.begin_list();
+      for (const Item& it : lists_[d]) w_.entry(entry(it));
+      if (d == marker_dev) w_.unknown_marker(live_bytes_[d], plan_.newest());
+      w_.end_list();
     }
+    w_.end_list();
+    st_.devices = static_cast<size_t>(n_dev_);
+
+    w_.begin_top_list(format::Key::Segments);
+    for (const SegRef& r : segs_) segment(r);
+    w_.end_list();
+
+    w_.allocator_settings({}, metadata());
+    w_.end();
+    return st_;
   }
-  w.begin_dict();
-  w.key("device");
-  w.integer(seg.device);
-  w.key("address");
-  w.uinteger(seg.address);
-  w.key("total_size");
-  w.uinteger(seg.total_size);
-  w.key("allocated_size");
-  w.uinteger(allocated);
-  w.key("active_size");
-  w.uinteger(active);
-  w.key("requested_size");
-  w.uinteger(requested);
-  w.key("stream");
-  w.uinteger(seg.stream);
-  if (!s.str(seg.segment_type).empty()) {
-    w.key("segment_type");
-    w.str(s.str(seg.segment_type));
-  }
-  w.key("is_expandable");
-  w.boolean(seg.is_expandable);
-  w.key("frames");
-  fl.write(s, seg.stack);
-  w.key("blocks");
-  w.begin_list();
-  for (const reader::Block& b : seg.blocks) {
-    w.item();
-    w.begin_dict();
-    w.key("address");
-    w.uinteger(b.address);
-    w.key("size");
-    w.uinteger(b.size);
-    w.key("requested_size");
-    w.uinteger(b.requested_size);
-    w.key("state");
-    switch (b.state) {
-      case reader::BlockState::ActiveAllocated:
-        w.str("active_allocated");
-        break;
-      case reader::BlockState::ActivePendingFree:
-        w.str("active_pending_free");
-        break;
-      default:
-        w.str("inactive");
-        break;
-    }
-    w.key("frames");
-    fl.write(s, b.stack);
-    w.end_dict();
-  }
-  w.end_list();
-  w.end_dict();
-}
 
-}  // namespace
-
-MergeStats merge_snapshots(const Snapshot& pt, const Snapshot& mt, const MergeOptions& options,
-                           output::PickleWriter& w) {
-  MergeStats st;
-  const int n_dev = std::max({device_count(pt), device_count(mt), options.device ? *options.device + 1 : 1, 1});
-  auto wanted = [&](int d) { return d >= 0 && d < n_dev && (!options.device || *options.device == d); };
-
-  // PyTorch's address ranges per device, over its whole kept life.
-  std::vector<Ranges> torch(n_dev);
-  for (const reader::Segment& seg : pt.segments)
-    if (seg.device >= 0 && seg.device < n_dev) torch[seg.device].add(seg.address, seg.total_size);
-  for (size_t d = 0; d < pt.device_traces.size() && static_cast<int>(d) < n_dev; ++d)
-    for (const reader::TraceEntry& e : pt.device_traces[d])
-      if (is_segment_action(e.action)) torch[d].add(e.addr, e.size);
-  for (Ranges& r : torch) r.finish();
-
-  // memtrace segments (final or in its trace) that overlap PyTorch's ranges: their start addresses
-  // identify every event of those allocations.
-  std::vector<std::unordered_set<uint64_t>> dup(n_dev);
-  for (const reader::Segment& seg : mt.segments)
-    if (seg.device >= 0 && seg.device < n_dev && torch[seg.device].overlaps(seg.address, seg.total_size))
-      dup[seg.device].insert(seg.address);
-  for (size_t d = 0; d < mt.device_traces.size() && static_cast<int>(d) < n_dev; ++d)
-    for (const reader::TraceEntry& e : mt.device_traces[d])
-      if (is_segment_action(e.action) && torch[d].overlaps(e.addr, e.size)) dup[d].insert(e.addr);
-  auto mt_duplicate = [&](int d, uint64_t addr) { return torch[d].contains(addr) || dup[d].count(addr) != 0; };
-
-  // Segments of the result, sorted by (device, address).
+ private:
   struct SegRef {
-    const Snapshot* src;
+    File file;
     const reader::Segment* seg;
   };
-  std::vector<SegRef> segs;
-  std::vector<uint64_t> live_bytes(n_dev, 0);
-  for (const reader::Segment& seg : pt.segments) {
-    if (!wanted(seg.device)) continue;
-    segs.push_back({&pt, &seg});
-    ++st.pytorch_segments;
-  }
-  for (const reader::Segment& seg : mt.segments) {
-    if (!wanted(seg.device)) continue;
-    if (mt_duplicate(seg.device, seg.address) || torch[seg.device].overlaps(seg.address, seg.total_size)) {
-      ++st.memtrace_segments_dropped;
-      continue;
-    }
-    segs.push_back({&mt, &seg});
-    ++st.memtrace_segments_kept;
-    st.memtrace_bytes_kept += seg.total_size;
-  }
-  std::stable_sort(segs.begin(), segs.end(), [](const SegRef& a, const SegRef& b) {
-    return a.seg->device != b.seg->device ? a.seg->device < b.seg->device : a.seg->address < b.seg->address;
-  });
-  for (const SegRef& r : segs)
-    for (const reader::Block& b : r.seg->blocks)
-      if (is_live(b.state)) live_bytes[r.seg->device] += b.requested_size;
+  const Snapshot& file(File f) const { return f == kPyTorch ? pt_ : mt_; }
+  bool wanted(int d) const { return d >= 0 && d < n_dev_ && (!o_.device || *o_.device == d); }
+  bool mt_duplicate(int d, uint64_t addr) const { return torch_[d].contains(addr) || dup_[d].count(addr) != 0; }
 
-  // Trace lists: each file's kept entries in its own order, then merged by time.
-  std::vector<std::vector<Item>> lists(n_dev);
-  bool any_unknown = false;
-  int newest_dev = -1;
-  int64_t newest_t = INT64_MIN;
-  for (int d = 0; d < n_dev; ++d) {
-    if (!wanted(d)) continue;
+  // PyTorch's address ranges per device over its whole kept life, and the memtrace segments (final
+  // or in its trace) that overlap them: their start addresses identify every event of those
+  // allocations.
+  void find_duplicates() {
+    torch_.resize(n_dev_);
+    for (const reader::Segment& seg : pt_.segments)
+      if (seg.device >= 0 && seg.device < n_dev_) torch_[seg.device].add(seg.address, seg.total_size);
+    for (size_t d = 0; d < pt_.device_traces.size() && static_cast<int>(d) < n_dev_; ++d)
+      for (const reader::TraceEntry& e : pt_.device_traces[d])
+        if (is_segment_action(e.action)) torch_[d].add(e.addr, e.size);
+    for (Ranges& r : torch_) r.finish();
+
+    dup_.resize(n_dev_);
+    for (const reader::Segment& seg : mt_.segments)
+      if (seg.device >= 0 && seg.device < n_dev_ && torch_[seg.device].overlaps(seg.address, seg.total_size))
+        dup_[seg.device].insert(seg.address);
+    for (size_t d = 0; d < mt_.device_traces.size() && static_cast<int>(d) < n_dev_; ++d)
+      for (const reader::TraceEntry& e : mt_.device_traces[d])
+        if (is_segment_action(e.action) && torch_[d].overlaps(e.addr, e.size)) dup_[d].insert(e.addr);
+  }
+
+  // Segments of the result, sorted by (device, address), and the live bytes of each device.
+  void select_segments() {
+    for (const reader::Segment& seg : pt_.segments) {
+      if (!wanted(seg.device)) continue;
+      segs_.push_back({kPyTorch, &seg});
+      ++st_.pytorch_segments;
+    }
+    for (const reader::Segment& seg : mt_.segments) {
+      if (!wanted(seg.device)) continue;
+      if (mt_duplicate(seg.device, seg.address) || torch_[seg.device].overlaps(seg.address, seg.total_size)) {
+        ++st_.memtrace_segments_dropped;
+        continue;
+      }
+      segs_.push_back({kMemtrace, &seg});
+      ++st_.memtrace_segments_kept;
+      st_.memtrace_bytes_kept += seg.total_size;
+    }
+    std::stable_sort(segs_.begin(), segs_.end(), [](const SegRef& a, const SegRef& b) {
+      return a.seg->device != b.seg->device ? a.seg->device < b.seg->device : a.seg->address < b.seg->address;
+    });
+    live_bytes_.assign(n_dev_, 0);
+    for (const SegRef& r : segs_)
+      for (const reader::Block& b : r.seg->blocks)
+        if (is_live(b.state)) live_bytes_[r.seg->device] += b.requested_size;
+  }
+
+  // Device d's trace list: each file's kept entries in its own order, then merged by time.
+  void merge_list(int d) {
     std::vector<Item> p, m;
-    if (d < static_cast<int>(pt.device_traces.size()))
-      for (const reader::TraceEntry& e : pt.device_traces[d]) {
-        if (!keeps_action(e, pt)) {
-          ++st.pytorch_entries_dropped;
+    if (d < static_cast<int>(pt_.device_traces.size()))
+      for (const reader::TraceEntry& e : pt_.device_traces[d]) {
+        if (!keeps_action(e, pt_)) {
+          ++st_.pytorch_entries_dropped;
           continue;
         }
-        std::string_view cat = pt.str(e.category);
-        p.push_back({&pt, &e, cat.empty() ? std::string_view("torch") : cat});
+        std::string_view cat = pt_.str(e.category);
+        p.push_back({kPyTorch, &e, w_.category(cat.empty() ? std::string_view("torch") : cat)});
       }
-    if (d < static_cast<int>(mt.device_traces.size()))
-      for (const reader::TraceEntry& e : mt.device_traces[d]) {
-        bool drop = !keeps_action(e, mt) || e.action == Action::Snapshot ||
+    if (d < static_cast<int>(mt_.device_traces.size()))
+      for (const reader::TraceEntry& e : mt_.device_traces[d]) {
+        bool drop = !keeps_action(e, mt_) || e.action == Action::Snapshot ||
                     (e.action != Action::Oom && mt_duplicate(d, e.addr));
         if (drop) {
-          ++st.memtrace_entries_dropped;
+          ++st_.memtrace_entries_dropped;
           continue;
         }
-        std::string_view cat = mt.str(e.category);
-        m.push_back({&mt, &e, cat.empty() ? std::string_view("unknown") : cat});
+        m.push_back({kMemtrace, &e, w_.category(mt_.str(e.category))});
       }
-    st.pytorch_entries += p.size();
-    st.memtrace_entries_kept += m.size();
+    st_.pytorch_entries += p.size();
+    st_.memtrace_entries_kept += m.size();
     std::vector<size_t> up = units(p), um = units(m);
-    std::vector<Item>& out = lists[d];
+    std::vector<Item>& out = lists_[d];
     out.reserve(p.size() + m.size());
     size_t i = 0, j = 0;
     auto copy_unit = [&](const std::vector<Item>& v, const std::vector<size_t>& u, size_t k) {
@@ -342,80 +231,87 @@ MergeStats merge_snapshots(const Snapshot& pt, const Snapshot& mt, const MergeOp
       else copy_unit(m, um, j++);
     }
     for (const Item& it : out) {
-      if (it.category == "unknown") any_unknown = true;
-      if (it.e->time_us >= newest_t) {
-        newest_t = it.e->time_us;
-        newest_dev = d;
-      }
+      if (w_.is_unknown(it.category)) plan_.unknown_seen();
+      plan_.entry(d, it.e->time_us);
     }
   }
-  // Every viewer version read needs 'unknown' among the categories once any entry has one.
-  reader::TraceEntry marker;
-  marker.action = Action::Snapshot;
-  if (!any_unknown && newest_dev >= 0) {
-    marker.size = live_bytes[newest_dev];
-    marker.time_us = newest_t;
-    lists[newest_dev].push_back({&mt, &marker, "unknown"});
+
+  format::Entry entry(const Item& it) const {
+    const reader::TraceEntry& e = *it.e;
+    format::Entry x;
+    x.action = e.action;
+    if (e.action == Action::Other) x.other_action = file(it.file).str(e.action_str);
+    x.addr = e.addr;
+    x.size = e.size;
+    x.stream = e.stream;
+    x.time_us = e.time_us;
+    x.device_free = e.device_free.value_or(0);
+    x.category = it.category;
+    x.stack = stacks_.id(it.file, e.stack);
+    return x;
   }
 
-  FrameLists fl(w);
-  w.begin();
-  w.begin_dict();
-  w.key("device_traces");
-  w.begin_list();
-  for (int d = 0; d < n_dev; ++d) {
-    w.item();
-    w.begin_list();
-    for (const Item& it : lists[d]) {
-      w.item();
-      write_entry(w, fl, it);
+  void segment(const SegRef& r) {
+    const Snapshot& s = file(r.file);
+    const reader::Segment& seg = *r.seg;
+    blocks_.clear();
+    for (const reader::Block& b : seg.blocks) {
+      // A state the reader did not know is written as free space, which is what the viewer makes of it.
+      reader::BlockState st = b.state == reader::BlockState::Other ? reader::BlockState::Inactive : b.state;
+      blocks_.push_back(format::Block{b.address, b.size, b.requested_size, st, stacks_.id(r.file, b.stack),
+                                      nullptr});
     }
-    w.end_list();
+    format::Segment out;
+    out.device = seg.device;
+    out.address = seg.address;
+    out.total_size = seg.total_size;
+    out.stream = seg.stream;
+    out.segment_type = s.str(seg.segment_type);
+    out.is_expandable = seg.is_expandable;
+    out.stack = stacks_.id(r.file, seg.stack);
+    w_.segment(out, blocks_);
   }
-  w.end_list();
-  st.devices = static_cast<size_t>(n_dev);
 
-  w.key("segments");
-  w.begin_list();
-  for (const SegRef& r : segs) {
-    w.item();
-    write_segment(w, fl, *r.src, *r.seg);
+  format::Settings metadata() const {
+    using format::Key;
+    auto k = [](Key key) { return std::string(format::key_name(key)); };
+    return {
+        {k(Key::MergedPytorchSnapshot), o_.pytorch_name},
+        {k(Key::MergedMemtraceSnapshot), o_.memtrace_name},
+        {k(Key::Pid), int64_t{mt_.memtrace.pid}},
+        {k(Key::Rank), mt_.memtrace.rank},
+        {k(Key::Host), mt_.memtrace.host},
+        {k(Key::Exe), mt_.memtrace.exe},
+        {k(Key::Reason), mt_.memtrace.reason},
+        {k(Key::EntriesDropped), int64_t{mt_.memtrace.entries_dropped}},
+        {k(Key::DuplicateSegmentsDropped), uint64_t{st_.memtrace_segments_dropped}},
+        {k(Key::DuplicateEntriesDropped), uint64_t{st_.memtrace_entries_dropped}},
+    };
   }
-  w.end_list();
 
-  w.key("allocator_settings");
-  w.begin_dict();
-  w.key("memtrace");
-  w.begin_dict();
-  w.key("merged_pytorch_snapshot");
-  w.str(options.pytorch_name);
-  w.key("merged_memtrace_snapshot");
-  w.str(options.memtrace_name);
-  w.key("pid");
-  w.integer(mt.memtrace.pid);
-  w.key("rank");
-  w.str(mt.memtrace.rank);
-  w.key("host");
-  w.str(mt.memtrace.host);
-  w.key("exe");
-  w.str(mt.memtrace.exe);
-  w.key("reason");
-  w.str(mt.memtrace.reason);
-  w.key("entries_dropped");
-  w.integer(mt.memtrace.entries_dropped);
-  w.key("duplicate_segments_dropped");
-  w.uinteger(st.memtrace_segments_dropped);
-  w.key("duplicate_entries_dropped");
-  w.uinteger(st.memtrace_entries_dropped);
-  w.end_dict();
-  w.end_dict();
+  const Snapshot& pt_;
+  const Snapshot& mt_;
+  const MergeOptions& o_;
+  MergedStacks stacks_;
+  format::SnapshotWriter w_;
+  int n_dev_ = 1;
+  MergeStats st_;
 
-  w.key("external_annotations");
-  w.begin_list();
-  w.end_list();
-  w.end_dict();
-  w.end();
-  return st;
+  std::vector<Ranges> torch_;
+  std::vector<std::unordered_set<uint64_t>> dup_;
+  std::vector<SegRef> segs_;
+  std::vector<uint64_t> live_bytes_;
+  std::vector<std::vector<Item>> lists_;
+  format::UnknownMarkerPlan plan_;
+  std::vector<format::Block> blocks_;
+};
+
+}  // namespace
+
+MergeStats merge_snapshots(const Snapshot& pt, const Snapshot& mt, const MergeOptions& options,
+                           format::PickleWriter& w) {
+  Merger m(pt, mt, options, w);
+  return m.run();
 }
 
 }  // namespace memtrace::analysis

@@ -31,7 +31,7 @@
 #include <string>
 
 #include "cli/reader/snapshot.hpp"
-#include "output/pickle_writer.hpp"
+#include "format/pickle_writer.hpp"
 
 namespace memtrace::analysis {
 
@@ -53,8 +53,9 @@ struct MergeStats {
   uint64_t memtrace_bytes_kept = 0;      // reserved bytes of the kept memtrace segments
 };
 
-// Writes the merged snapshot (PROTO 4 ... STOP) into w, which should be empty.
+// Writes the merged snapshot (PROTO 4 ... STOP) into w, which should be empty, with format/'s
+// snapshot writer: the same dicts, sharing and 'unknown' marker as memtrace's own snapshots.
 MergeStats merge_snapshots(const reader::Snapshot& pytorch, const reader::Snapshot& memtrace,
-                           const MergeOptions& options, output::PickleWriter& w);
+                           const MergeOptions& options, format::PickleWriter& w);
 
 }  // namespace memtrace::analysis

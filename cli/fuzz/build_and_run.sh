@@ -12,7 +12,7 @@ work=${1:-/tmp/memtrace-fuzz}
 secs=${2:-1200}
 mkdir -p "$work/corpus" "$work/artifacts"
 clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root" "$here/fuzz_reader.cpp" "$root/cli/reader/pickle_vm.cpp" "$root/cli/reader/snapshot_decoder.cpp" \
+  -I"$root" "$here/fuzz_reader.cpp" "$root/cli/reader/pickle_vm.cpp" "$root"/cli/reader/snapshot_decoder*.cpp \
   "$root/cli/reader/snapshot.cpp" "$root/cli/reader/consistency.cpp" -o "$work/fuzz_reader"
 cd "$work"
 exec nice -n 10 ./fuzz_reader -jobs=1 -workers=1 -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 \

@@ -104,7 +104,7 @@ struct LoadError {
 // 'device_traces' at the top; 'address', 'total_size', 'blocks' per segment; 'size' per block;
 // 'action' per trace entry; everything else defaults to 0 / "" / the empty stack. Legacy shapes: a
 // bare list of segments loads with no device_traces; blocks with 'history' instead of 'frames' use
-// history[0]. Details: snapshot_decoder.cpp and pickle_vm.hpp.
+// history[0]. Details: snapshot_decoder_internal.hpp and pickle_vm.hpp.
 struct LoadResult {
   std::optional<Snapshot> snapshot;
   std::optional<LoadError> error;

@@ -9,12 +9,14 @@
 
 #include "core/records.hpp"
 #include "fake_source.hpp"
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 #include "output/snapshot_builder.hpp"
 #include "test_util.hpp"
 
 using namespace memtrace;
 using namespace memtrace::output;
+using memtrace::format::PickleWriter;
+using memtrace::format::write_file_atomically;
 namespace t = memtrace::output::test;
 
 namespace {

@@ -67,7 +67,7 @@ std::string write_temp(std::string_view bytes) {
 
 TEST_CASE("merge keeps PyTorch's segments, adds memtrace's outside them, drops the duplicates") {
   SnapshotMaker p = pytorch_side(), m = memtrace_side();
-  memtrace::output::PickleWriter w;
+  memtrace::format::PickleWriter w;
   MergeStats st = merge_snapshots(p.s, m.s, MergeOptions{std::nullopt, "torch.pickle", "mt.pickle"}, w);
   CHECK(st.pytorch_segments == 1);
   CHECK(st.memtrace_segments_kept == 1);
@@ -99,7 +99,7 @@ TEST_CASE("merge --device keeps one device and still writes a list for every ind
   SnapshotMaker p = pytorch_side(), m = memtrace_side();
   m.mt_alloc(1, 0x1000, 4096, 200, 0, "app");
   m.segment(1, 0x1000, {{4096, 4096, BlockState::ActiveAllocated}});
-  memtrace::output::PickleWriter w;
+  memtrace::format::PickleWriter w;
   MergeStats st = merge_snapshots(p.s, m.s, MergeOptions{1, "a", "b"}, w);
   CHECK(st.devices == 2);
   CHECK(st.pytorch_segments == 0);

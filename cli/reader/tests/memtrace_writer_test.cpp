@@ -10,7 +10,7 @@
 #include "../../../output/tests/fake_source.hpp"
 #include "cli/reader/snapshot.hpp"
 #include "core/records.hpp"
-#include "output/pickle_writer.hpp"
+#include "format/pickle_writer.hpp"
 #include "output/snapshot_builder.hpp"
 
 namespace r = memtrace::reader;
@@ -73,7 +73,7 @@ TEST_CASE("memtrace's own snapshot reads back") {
   st.ring_capacity = 7;
   st.time_us = kT0 + 10;
 
-  memtrace::output::PickleWriter w;
+  memtrace::format::PickleWriter w;
   memtrace::output::BuildOptions o;
   o.meta.pid = 4242;
   o.meta.exe = "/usr/bin/python3";
@@ -95,7 +95,7 @@ TEST_CASE("memtrace's own snapshot reads back") {
   CHECK_FALSE(s.memtrace.allocator_caching);  // the default: passthrough
 
   // Written with memtrace's caching allocator in charge.
-  memtrace::output::PickleWriter w2;
+  memtrace::format::PickleWriter w2;
   o.allocator.mode = "caching";
   o.allocator.memtrace = {{"policy", std::string("pytorch")}};
   memtrace::output::build_snapshot(st, src, o, w2);
@@ -148,7 +148,7 @@ TEST_CASE("a memtrace snapshot without frames reads back with empty stacks") {
   e.stack_id = 9;
   st.trace.push_back(e);
   st.device_count = 1;
-  memtrace::output::PickleWriter w;
+  memtrace::format::PickleWriter w;
   memtrace::output::BuildOptions o;
   o.include_frames = false;
   memtrace::output::build_snapshot(st, src, o, w);
@@ -179,7 +179,7 @@ TEST_CASE("a file read through the mapping (pages handed back as it goes) equals
     st.trace.push_back(e);
   }
   st.device_count = 2;
-  memtrace::output::PickleWriter w;
+  memtrace::format::PickleWriter w;
   memtrace::output::BuildOptions o;
   memtrace::output::build_snapshot(st, src, o, w);
   REQUIRE(w.size() > (size_t{10} << 20));
@@ -224,7 +224,7 @@ TEST_CASE("sizes beyond what the viewer's numbers hold: capped at 2^53 - 1 in th
   st.trace = {huge, big};
   st.device_count = 1;
   st.time_us = kT0 + 3;
-  memtrace::output::PickleWriter w;
+  memtrace::format::PickleWriter w;
   memtrace::output::BuildOptions o;
   memtrace::output::build_snapshot(st, src, o, w);
 

@@ -1,4 +1,4 @@
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-namespace memtrace::output {
+namespace memtrace::format {
 
 namespace {
 
@@ -305,4 +305,4 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
   }
 }
 
-}  // namespace memtrace::output
+}  // namespace memtrace::format

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "output/pickle_writer.hpp"
+#include "format/pickle_writer.hpp"
 #include "test_util.hpp"
 
-using memtrace::output::PickleWriter;
-namespace t = memtrace::output::test;
+using memtrace::format::PickleWriter;
+namespace t = memtrace::format::test;
 
 namespace {
 
@@ -312,17 +312,17 @@ print('ok')
 
 TEST_CASE("utf8 sanitizing", "[pickle]") {
   bool valid = false;
-  CHECK(memtrace::output::utf8_sanitized_size("plain", &valid) == 5);
+  CHECK(memtrace::format::utf8_sanitized_size("plain", &valid) == 5);
   CHECK(valid);
-  CHECK(memtrace::output::utf8_sanitized_size("\xe2\x82\xac", &valid) == 3);
+  CHECK(memtrace::format::utf8_sanitized_size("\xe2\x82\xac", &valid) == 3);
   CHECK(valid);
-  CHECK(memtrace::output::utf8_sanitized_size("a\xffz", &valid) == 5);
+  CHECK(memtrace::format::utf8_sanitized_size("a\xffz", &valid) == 5);
   CHECK_FALSE(valid);
   std::string out(5, '\0');
-  memtrace::output::utf8_sanitize_into("a\xffz", out.data());
+  memtrace::format::utf8_sanitize_into("a\xffz", out.data());
   CHECK(out == "a\xef\xbf\xbdz");
   // a truncated 3-byte sequence is one replacement, as in python and TextDecoder
-  CHECK(memtrace::output::utf8_sanitized_size("\xe2\x82", &valid) == 3);
+  CHECK(memtrace::format::utf8_sanitized_size("\xe2\x82", &valid) == 3);
 }
 
 TEST_CASE("writer reuses its buffer and rejects unbalanced containers", "[pickle]") {

@@ -3,7 +3,7 @@
 #include <string>
 #include <string_view>
 
-namespace memtrace::output {
+namespace memtrace::format {
 
 // Creates missing parent directories (mode 0700 for the new ones), writes bytes to a temporary
 // file in the target directory (O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode 0600), fsyncs it and
@@ -17,4 +17,4 @@ bool write_file_atomically(const std::string& path, std::string_view bytes, std:
 // mkdir -p with mode 0700 for directories it creates. False with *error set on failure.
 bool make_directories(const std::string& dir, std::string* error);
 
-}  // namespace memtrace::output
+}  // namespace memtrace::format

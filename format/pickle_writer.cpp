@@ -1,10 +1,10 @@
-#include "output/pickle_writer.hpp"
+#include "format/pickle_writer.hpp"
 
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
 
-namespace memtrace::output {
+namespace memtrace::format {
 
 PickleWriter::PickleWriter(size_t initial_capacity) {
   if (initial_capacity < 64) initial_capacity = 64;
@@ -46,12 +46,12 @@ void PickleWriter::open(bool dict, uint8_t opcode) {
 void PickleWriter::close(bool dict) {
   if (depth_ <= 0 || levels_[depth_ - 1].dict != dict) throw std::logic_error("unbalanced pickle containers");
   --depth_;
-  if (levels_[depth_].pending) put1(dict ? 'u' : 'e');  // SETITEMS / APPENDS
+  if (levels_[depth_].pending) put1(dict ? op::kSetItems : op::kAppends);
 }
 
-void PickleWriter::begin_list() { open(false, ']'); }
+void PickleWriter::begin_list() { open(false, op::kEmptyList); }
 void PickleWriter::end_list() { close(false); }
-void PickleWriter::begin_dict() { open(true, '}'); }
+void PickleWriter::begin_dict() { open(true, op::kEmptyDict); }
 void PickleWriter::end_dict() { close(true); }
 
 void PickleWriter::long1(int64_t v) {
@@ -64,7 +64,7 @@ void PickleWriter::long1(int64_t v) {
   }
   ensure(2 + static_cast<size_t>(n));
   uint8_t* p = end_ptr();
-  p[0] = 0x8a;
+  p[0] = op::kLong1;
   p[1] = static_cast<uint8_t>(n);
   uint64_t u = static_cast<uint64_t>(v);
   for (int i = 0; i < n; ++i) p[2 + i] = static_cast<uint8_t>(u >> (8 * i));
@@ -76,7 +76,7 @@ void PickleWriter::float64(double d) {
   std::memcpy(&u, &d, sizeof(u));
   ensure(9);
   uint8_t* p = end_ptr();
-  p[0] = 'G';
+  p[0] = op::kBinFloat;
   for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<uint8_t>(u >> (8 * (7 - i)));
   len_ += 9;
 }
@@ -91,14 +91,14 @@ void PickleWriter::str(std::string_view s) {
   if (n < 256) {
     ensure(2 + n);
     p = end_ptr();
-    p[0] = 0x8c;
+    p[0] = op::kShortBinUnicode;
     p[1] = static_cast<uint8_t>(n);
     p += 2;
     len_ += 2;
   } else {
     ensure(5 + n);
     p = end_ptr();
-    p[0] = 'X';
+    p[0] = op::kBinUnicode;
     p[1] = static_cast<uint8_t>(n);
     p[2] = static_cast<uint8_t>(n >> 8);
     p[3] = static_cast<uint8_t>(n >> 16);
@@ -207,4 +207,4 @@ void utf8_sanitize_into(std::string_view s, char* out) {
   }
 }
 
-}  // namespace memtrace::output
+}  // namespace memtrace::format

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "output/atomic_file.hpp"
+#include "format/atomic_file.hpp"
 #include "test_util.hpp"
 
-using namespace memtrace::output;
-namespace t = memtrace::output::test;
+using namespace memtrace::format;
+namespace t = memtrace::format::test;
 
 namespace {
 

@@ -16,7 +16,9 @@
 #include <cstring>
 #include <string_view>
 
-namespace memtrace::output {
+#include "format/pickle_opcodes.hpp"
+
+namespace memtrace::format {
 
 class PickleWriter {
  public:
@@ -29,8 +31,8 @@ class PickleWriter {
   PickleWriter& operator=(const PickleWriter&) = delete;
 
   // Whole stream.
-  void begin() { put2(0x80, 4); }  // PROTO 4
-  void end() { put1('.'); }        // STOP
+  void begin() { put2(op::kProto, 4); }
+  void end() { put1(op::kStop); }
 
   // Containers. Nesting deeper than kMaxDepth is a programming error: begin_list() and
   // begin_dict() then throw std::length_error, writing nothing (dump_snapshot catches it).
@@ -42,10 +44,10 @@ class PickleWriter {
   void item() {
     Level& l = levels_[depth_ - 1];
     if (l.pending == kBatch) {
-      put1(l.dict ? 'u' : 'e');
+      put1(l.dict ? op::kSetItems : op::kAppends);
       l.pending = 0;
     }
-    if (l.pending == 0) put1('(');  // MARK
+    if (l.pending == 0) put1(op::kMark);
     ++l.pending;
   }
   // item() followed by a string key.
@@ -55,22 +57,22 @@ class PickleWriter {
   }
 
   // Scalars.
-  void none() { put1('N'); }
-  void boolean(bool b) { put1(b ? 0x88 : 0x89); }
+  void none() { put1(op::kNone); }
+  void boolean(bool b) { put1(b ? op::kNewTrue : op::kNewFalse); }
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
-      put2('K', static_cast<uint8_t>(v));
+      put2(op::kBinInt1, static_cast<uint8_t>(v));
     } else if (v >= 0 && v < 65536) {
       ensure(3);
       uint8_t* p = end_ptr();
-      p[0] = 'M';
+      p[0] = op::kBinInt2;
       p[1] = static_cast<uint8_t>(v);
       p[2] = static_cast<uint8_t>(v >> 8);
       len_ += 3;
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
       ensure(5);
       uint8_t* p = end_ptr();
-      p[0] = 'J';
+      p[0] = op::kBinInt;
       uint32_t u = static_cast<uint32_t>(static_cast<int32_t>(v));
       p[1] = static_cast<uint8_t>(u);
       p[2] = static_cast<uint8_t>(u >> 8);
@@ -85,7 +87,7 @@ class PickleWriter {
   static constexpr uint64_t kMaxExact = (uint64_t{1} << 53) - 1;
   // Unsigned values are written as Python ints, capped at kMaxExact so that the viewer never
   // rounds one; returns false when the value was capped (the caller then keeps the true value
-  // beside it, see SnapshotBuilder's `<key>_exact`).
+  // beside it, see SnapshotWriter's `<key>_exact`).
   bool uinteger(uint64_t v) {
     integer(static_cast<int64_t>(v > kMaxExact ? kMaxExact : v));
     return v <= kMaxExact;
@@ -95,21 +97,21 @@ class PickleWriter {
   // (what Python's 'replace' handler and the browser's TextDecoder produce).
   void str(std::string_view s);
   // Pops two values and pushes a 2-tuple.
-  void tuple2() { put1(0x86); }
+  void tuple2() { put1(op::kTuple2); }
 
   // Memo: store the object on top of the stack; returns its index (0, 1, 2, ... in order).
   uint32_t memoize() {
-    put1(0x94);
+    put1(op::kMemoize);
     return memo_next_++;
   }
   // Push a memoized object again (shared reference).
   void get(uint32_t index) {
     if (index < 256) {
-      put2('h', static_cast<uint8_t>(index));
+      put2(op::kBinGet, static_cast<uint8_t>(index));
     } else {
       ensure(5);
       uint8_t* p = end_ptr();
-      p[0] = 'j';
+      p[0] = op::kLongBinGet;
       p[1] = static_cast<uint8_t>(index);
       p[2] = static_cast<uint8_t>(index >> 8);
       p[3] = static_cast<uint8_t>(index >> 16);
@@ -165,4 +167,4 @@ size_t utf8_sanitized_size(std::string_view s, bool* valid);
 // Writes the sanitized form of s into out (which has utf8_sanitized_size(s) bytes).
 void utf8_sanitize_into(std::string_view s, char* out);
 
-}  // namespace memtrace::output
+}  // namespace memtrace::format

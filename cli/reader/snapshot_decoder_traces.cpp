@@ -1,0 +1,290 @@
+// Trace entries, frames and stacks: made typed records while the pickle VM builds them (take()),
+// then copied into device_traces list by list (snapshot_decoder_internal.hpp, "Decisions").
+#include <new>
+#include <string>
+
+#include "cli/reader/snapshot_decoder_internal.hpp"
+
+namespace memtrace::reader::detail {
+
+bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why) {
+  bool have_action = false;
+  uint64_t size_exact = 0, free_exact = 0;
+  // A decimal string written by memtrace beside a value capped at 2^53 - 1; anything else is ignored.
+  auto exact = [&](Value v, uint64_t* out) {
+    if (!v.is_str()) return;
+    std::string_view t = vm_.str(static_cast<uint32_t>(v.payload()));
+    uint64_t n = 0;
+    if (t.empty() || t.size() > 20) return;
+    for (char c : t) {
+      if (c < '0' || c > '9') return;
+      uint64_t d = static_cast<uint64_t>(c - '0');
+      if (n > (UINT64_MAX - d) / 10) return;
+      n = n * 10 + d;
+    }
+    *out = n;
+  };
+  for (size_t i = 0; i < n_pairs; ++i) {
+    Value v = kv[2 * i + 1];
+    switch (field(kv[2 * i])) {
+      case Key::Action:
+        if (!v.is_str()) {
+          *why = quoted(Key::Action) + " is a " + vm_.type_name(v) + ", expected a str";
+          return false;
+        }
+        e->action_str = static_cast<StrId>(v.payload());
+        e->action = Action::Other;
+        for (int a = 0; a < format::kActionCount; ++a)
+          if (action_id_[a] == e->action_str) e->action = static_cast<Action>(a);
+        have_action = true;
+        break;
+      case Key::Addr:
+        if (!v.is_none() && !u64(v, Key::Addr, &e->addr, why)) return false;
+        break;
+      case Key::Size:
+        if (!v.is_none() && !u64(v, Key::Size, &e->size, why)) return false;
+        break;
+      case Key::Stream:
+        if (!v.is_none() && !u64(v, Key::Stream, &e->stream, why)) return false;
+        break;
+      case Key::TimeUs:
+        if (!v.is_none() && !i64(v, Key::TimeUs, &e->time_us, why)) return false;
+        break;
+      case Key::Category:
+        if (!str(v, Key::Category, &e->category, why)) return false;
+        break;
+      case Key::DeviceFree:
+        if (!v.is_none()) {
+          uint64_t f;
+          if (!u64(v, Key::DeviceFree, &f, why)) return false;
+          e->device_free = f;
+        }
+        break;
+      case Key::Frames:
+        if (!stack_of(v, &e->stack, why)) return false;
+        break;
+      case Key::SizeExact:  // memtrace's true value of a size the viewer's numbers cannot hold
+        exact(v, &size_exact);
+        break;
+      case Key::DeviceFreeExact:
+        exact(v, &free_exact);
+        break;
+      default:
+        break;
+    }
+  }
+  if (size_exact) e->size = size_exact;
+  if (free_exact) e->device_free = free_exact;
+  if (!have_action) {
+    *why = "no " + quoted(Key::Action) + " key";
+    return false;
+  }
+  return true;
+}
+
+bool Decoder::frame_from_pairs(const Value* kv, size_t n_pairs, FrameId* out, std::string* why) {
+  FrameKey f{0, 0, 0};
+  for (size_t i = 0; i < n_pairs; ++i) {
+    Value k = kv[2 * i], v = kv[2 * i + 1];
+    if (!k.is_str()) continue;
+    uint32_t id = static_cast<uint32_t>(k.payload());
+    if (id == key_id(Key::Filename)) {
+      if (!str(v, Key::Filename, &f.file, why)) return false;
+    } else if (id == key_id(Key::Name)) {
+      if (!str(v, Key::Name, &f.name, why)) return false;
+    } else if (id == key_id(Key::Line)) {
+      if (!v.is_none() && !i64(v, Key::Line, &f.line, why)) return false;
+    }
+  }
+  auto it = frame_ids_.find(f);
+  if (it != frame_ids_.end()) {
+    *out = it->second;
+    return true;
+  }
+  FrameId fid = static_cast<FrameId>(snap_.frames.size());
+  snap_.frames.push_back(Frame{f.file, f.name, f.line});
+  frame_ids_.emplace(f, fid);
+  *out = fid;
+  return true;
+}
+
+bool Decoder::frame_of(Value v, FrameId* out, std::string* why) {
+  if (v.is_obj()) {
+    uint32_t o = static_cast<uint32_t>(v.payload());
+    const pickle::Obj& ob = vm_.obj(o);
+    if (ob.kind == ObjKind::kRecord && ob.record_kind == kFrameRecord) {
+      *out = ob.payload;
+      return true;
+    }
+    if (ob.kind == ObjKind::kDict) {
+      size_t n;
+      const Value* kv = vm_.items(o, &n);
+      if (!frame_from_pairs(kv, n / 2, out, why)) return false;
+      vm_.make_record(o, kFrameRecord, *out);
+      return true;
+    }
+  }
+  *why = std::string("a frame is a ") + vm_.type_name(v) + ", expected a dict";
+  return false;
+}
+
+StackId Decoder::intern_stack(const std::vector<FrameId>& ids) {
+  if (ids.empty()) return 0;
+  std::string_view key(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(FrameId));
+  auto it = stack_ids_.find(key);
+  if (it != stack_ids_.end()) return it->second;
+  StackId id = static_cast<StackId>(snap_.stacks.size());
+  snap_.stacks.push_back(ids);
+  const std::vector<FrameId>& stored = snap_.stacks.back();
+  stack_ids_.emplace(std::string_view(reinterpret_cast<const char*>(stored.data()), stored.size() * sizeof(FrameId)),
+                     id);
+  stack_frames_ += ids.size();
+  if ((id & 1023) == 0) account();
+  return id;
+}
+
+bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
+  if (v.is_none()) {
+    *out = 0;
+    return true;
+  }
+  if (v.is_obj()) {
+    uint32_t o = static_cast<uint32_t>(v.payload());
+    const pickle::Obj& ob = vm_.obj(o);
+    if (ob.kind == ObjKind::kList || ob.kind == ObjKind::kTuple) {
+      if (ob.flags & pickle::Obj::kCached) {
+        *out = ob.payload;
+        return true;
+      }
+      size_t n;
+      const Value* it = vm_.items(o, &n);
+      ids_tmp_.clear();
+      for (size_t i = 0; i < n; ++i) {
+        FrameId f;
+        if (!frame_of(it[i], &f, why)) {
+          *why = quoted(Key::Frames) + ": " + *why;
+          return false;
+        }
+        ids_tmp_.push_back(f);
+      }
+      *out = intern_stack(ids_tmp_);
+      vm_.cache(o, *out, true);
+      return true;
+    }
+  }
+  *why = quoted(Key::Frames) + " is a " + vm_.type_name(v) + ", expected a list";
+  return false;
+}
+
+void Decoder::account() {
+  vm_.set_hook_bytes(pool_bytes_ + snap_.frames.size() * (sizeof(Frame) + 64) +
+                     snap_.stacks.size() * 112 + stack_frames_ * sizeof(FrameId));
+}
+
+bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs) {
+  bool action = false, file = false, name = false;
+  for (size_t i = 0; i < n_pairs; ++i) {
+    Key k = field(kv[2 * i]);
+    action |= k == Key::Action;
+    file |= k == Key::Filename;
+    name |= k == Key::Name;
+  }
+  std::string why;
+  if (action) {
+    TraceEntry e;
+    if (pool_size_ >= UINT32_MAX - kChunk || !entry_from_pairs(kv, n_pairs, &e, &why)) return false;
+    if (pool_size_ == chunk_start(static_cast<uint32_t>(pool_.size()))) {
+      size_t bytes = chunk_capacity(static_cast<uint32_t>(pool_.size())) * sizeof(TraceEntry);
+      void* p = bytes >= (size_t{2} << 20) ? std::aligned_alloc(size_t{2} << 20, bytes) : std::malloc(bytes);
+      if (!p) throw std::bad_alloc();
+      pickle::advise_huge_pages(p, bytes);
+      pool_.emplace_back(static_cast<TraceEntry*>(p));
+      pool_bytes_ += bytes;
+      account();
+    }
+    uint32_t idx = pool_size_++;
+    new (&pool_at(idx)) TraceEntry(e);
+    vm.make_record(obj, kTraceRecord, idx);
+    return true;
+  }
+  if (file && name) {
+    FrameId f;
+    if (!frame_from_pairs(kv, n_pairs, &f, &why)) return false;
+    vm.make_record(obj, kFrameRecord, f);
+    if ((snap_.frames.size() & 1023) == 0) account();
+    return true;
+  }
+  return false;
+}
+
+bool Decoder::decode_traces(Value v, Problem* p) {
+  if (!vm_.is_kind(v, ObjKind::kList) && !vm_.is_kind(v, ObjKind::kTuple)) {
+    p->what = quoted(Key::DeviceTraces) + " is a " + vm_.type_name(v) + ", expected a list of lists";
+    p->offset = offset_of(v, 0);
+    return false;
+  }
+  size_t nd;
+  const Value* dev = vm_.items(static_cast<uint32_t>(v.payload()), &nd);
+  // Pool chunks still referred to by the lists not yet copied (freed as soon as none is).
+  std::vector<uint32_t> refs(pool_.size(), 0);
+  for (size_t d = 0; d < nd; ++d) {
+    if (!vm_.is_kind(dev[d], ObjKind::kList) && !vm_.is_kind(dev[d], ObjKind::kTuple)) {
+      p->what = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "] is a ") + vm_.type_name(dev[d]) +
+                ", expected a list";
+      p->offset = offset_of(dev[d], offset_of(v, 0));
+      return false;
+    }
+    size_t ne;
+    const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
+    spend(ne + 1);
+    for (size_t i = 0; i < ne; ++i) {
+      if (!it[i].is_obj()) continue;
+      const pickle::Obj& ob = vm_.obj(static_cast<uint32_t>(it[i].payload()));
+      if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) ++refs[chunk_of(ob.payload)];
+    }
+  }
+  for (size_t c = 0; c < pool_.size(); ++c)
+    if (refs[c] == 0) pool_[c].reset();
+
+  produce(nd);
+  snap_.device_traces.resize(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    size_t ne;
+    const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
+    std::vector<TraceEntry>& out = snap_.device_traces[d];
+    produce(ne);
+    out.reserve(ne);
+    pickle::advise_huge_pages(out.data(), ne * sizeof(TraceEntry));
+    for (size_t i = 0; i < ne; ++i) {
+      Value e = it[i];
+      std::string why;
+      if (e.is_obj()) {
+        uint32_t o = static_cast<uint32_t>(e.payload());
+        const pickle::Obj& ob = vm_.obj(o);
+        if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) {
+          out.push_back(pool_at(ob.payload));
+          // Give back a pool chunk as soon as no list still to be copied refers to it.
+          uint32_t c = chunk_of(ob.payload);
+          if (--refs[c] == 0) pool_[c].reset();
+          continue;
+        }
+        if (ob.kind == ObjKind::kDict) {
+          size_t n;
+          const Value* kv = vm_.items(o, &n);
+          TraceEntry te;
+          if (entry_from_pairs(kv, n / 2, &te, &why)) {
+            out.push_back(te);
+            continue;
+          }
+        }
+      }
+      if (why.empty()) why = std::string("is a ") + vm_.type_name(e) + ", expected a trace entry dict";
+      p->what = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "][" + std::to_string(i) + "]: ") + why;
+      p->offset = offset_of(e, offset_of(dev[d], 0));
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace memtrace::reader::detail
