@@ -1,24 +1,19 @@
 // The pickle VM's interpreter: run()'s loop, the dispatch, the opcode groups of protocols 2-5 and the
 // data they build. Protocol 0's text opcodes, GLOBAL and REDUCE are in pickle_vm_legacy.cpp, what the
-// VM's users read in pickle_vm_values.cpp, opcode names in pickle_vm_opcodes.cpp.
+// VM's users read and the memory it holds in pickle_vm_values.cpp, opcode names in
+// pickle_vm_opcodes.cpp.
 //
-// Speed: the groups are members called from one switch, yet the loop must stay what it was as one
-// function of inlined lambdas (bench/bench_read). Hence the hot groups and helpers are always_inline
-// (called, they made reading a snapshot about a third slower), the cursor is a local no call takes
-// the address of (as a member it was reloaded after every call), the failure paths are cold (their
-// string building had left no room to inline vector::push_back), and every opcode has its own case
-// (see execute()).
+// Speed: the groups are members called from one switch, yet the loop must stay as fast as when it
+// was one function of inlined lambdas (bench/bench_read). Hence the hot groups and helpers are
+// always_inline (called, they made reading a snapshot about a third slower), the cursor is a local
+// no call takes the address of (as a member it was reloaded after every call), the failure paths
+// are cold (their string building had left no room to inline vector::push_back), and every opcode
+// has its own case (see execute()).
 #include "cli/reader/pickle_vm.hpp"
 
-#include <cerrno>
-#include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "format/pickle_opcodes.hpp"
 
@@ -30,18 +25,6 @@ uint32_t le32(const uint8_t* p) { return p[0] | (uint32_t{p[1]} << 8) | (uint32_
 uint64_t le64(const uint8_t* p) { return le32(p) | (uint64_t{le32(p + 4)} << 32); }
 
 }  // namespace
-
-void advise_huge_pages(const void* p, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  uintptr_t from = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (p && to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
 
 // ---- the VM's data: strings, containers, numbers, the memo ------------------------------------------
 
@@ -580,22 +563,6 @@ bool Vm::run(std::string_view bytes, Value* result, std::string* error, bool dro
     if ((++ops & 0x3FFF) == 0 && !check_memory(memory_cap, drop_consumed, in.pos, &dropped_to)) return false;
     if (!execute(in, code, result)) return in.stopped;
   }
-}
-
-bool Vm::check_memory(size_t cap, bool drop_consumed, size_t pos, size_t* dropped_to) {
-  if (memory_bytes() > cap)
-    return fail("decoding needs more than " + std::to_string(cap >> 20) +
-                " MiB (16x the file size + 64 MiB); not a snapshot");
-  // Everything read so far has been copied out (strings are interned): the mapped file's pages
-  // behind us can go, so the file does not count in full on top of the decoded data.
-  if (drop_consumed && pos > *dropped_to + (size_t{8} << 20)) {
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    uintptr_t from = (reinterpret_cast<uintptr_t>(input_) + *dropped_to + page - 1) & ~(page - 1);
-    uintptr_t to = (reinterpret_cast<uintptr_t>(input_) + pos) & ~(page - 1);
-    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
-    *dropped_to = pos;
-  }
-  return true;
 }
 
 }  // namespace memtrace::reader::pickle

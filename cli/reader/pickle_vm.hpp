@@ -186,7 +186,8 @@ class Vm {
   bool global(Input& in, uint8_t code);                 // GLOBAL: only the whitelisted callables
   bool reduce();                                        // REDUCE of a whitelisted callable
   inline bool framing(Input& in, uint8_t code);         // PROTO, FRAME
-  // Every 16K opcodes: the memory cap, and the input before `pos` given back (drop_consumed).
+  // Every 16K opcodes (pickle_vm_values.cpp): the memory cap, and the input before `pos` given
+  // back (drop_consumed).
   bool check_memory(size_t cap, bool drop_consumed, size_t pos, size_t* dropped_to);
 
   // ---- helpers of the opcode groups ----

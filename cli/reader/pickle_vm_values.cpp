@@ -1,8 +1,11 @@
 // What the VM's users read: values as numbers, containers' items, the string table, records the
-// hooks made, and the memory the VM holds.
+// hooks made; and the memory the VM holds: counted, capped, given back, on huge pages.
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cli/reader/pickle_vm.hpp"
 
@@ -137,6 +140,34 @@ size_t Vm::memory_bytes() const {
          memo_.capacity() * sizeof(Value) + memo_far_.size() * 48 + objs_.capacity() * sizeof(Obj) +
          storage_.capacity() * sizeof(std::vector<Value>) + storage_bytes_ + numbers_.capacity() * sizeof(Number) +
          floats_.capacity() * sizeof(double) + string_bytes_ + hook_bytes_;
+}
+
+void advise_huge_pages(const void* p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  uintptr_t from = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (p && to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+bool Vm::check_memory(size_t cap, bool drop_consumed, size_t pos, size_t* dropped_to) {
+  if (memory_bytes() > cap)
+    return fail("decoding needs more than " + std::to_string(cap >> 20) +
+                " MiB (16x the file size + 64 MiB); not a snapshot");
+  // Everything read so far has been copied out (strings are interned): the mapped file's pages
+  // behind us can go, so the file does not count in full on top of the decoded data.
+  if (drop_consumed && pos > *dropped_to + (size_t{8} << 20)) {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    uintptr_t from = (reinterpret_cast<uintptr_t>(input_) + *dropped_to + page - 1) & ~(page - 1);
+    uintptr_t to = (reinterpret_cast<uintptr_t>(input_) + pos) & ~(page - 1);
+    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+    *dropped_to = pos;
+  }
+  return true;
 }
 
 }  // namespace memtrace::reader::pickle
