@@ -1,7 +1,6 @@
 // memtrace replay: the options and the output of the replay (the computation, and what is replayed,
 // is in cli/analysis/replay_plan.hpp and cli/analysis/replay.hpp).
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,8 +59,7 @@ const analysis::CommandSpec kSpec{"replay", kHelp, 1, 1, false, false, false, fa
 
 struct Options {
   std::string path;
-  std::vector<std::string> confs;
-  bool confs_given = false;
+  std::vector<std::string> confs;  // --alloc-conf, in order; none: the default configurations
   std::optional<uint64_t> capacity;
   std::optional<int> device;
   bool json = false;
@@ -83,9 +81,8 @@ std::optional<Options> parse_options(int argc, char** argv, int* exit_code) {
   o.lenient = cl->lenient;
   o.device = cl->device;
   o.confs = cl->values_of("--alloc-conf");
-  o.confs_given = !o.confs.empty();
   for (const std::string& v : cl->values_of("--capacity")) {
-    // A capacity of 2^62 bytes and more is no device's.
+    // No device has no memory, or more than 2^62 bytes.
     std::optional<uint64_t> bytes = format::parse_size(v);
     if (!bytes || *bytes < 1 || *bytes > (uint64_t{1} << 62)) {
       analysis::print_usage_error(kSpec, "--capacity: '" + v + "' is not a size (e.g. 80GiB)");
@@ -272,7 +269,7 @@ int cmd_replay(int argc, char** argv) {
   const Plan plan = analysis::replay::build_plan(snap, device);
 
   std::vector<Configuration> configs;
-  if (opt->confs_given) {
+  if (!opt->confs.empty()) {
     for (const std::string& c : opt->confs) configs.push_back(analysis::replay::given_configuration(c));
   } else {
     configs = analysis::replay::default_configurations(snap, plan);
