@@ -10,6 +10,7 @@
 
 #include "core/event.hpp"
 #include "core/log.hpp"
+#include "format/units.hpp"
 
 namespace memtrace {
 
@@ -58,31 +59,9 @@ bool parse_bool(const char* s, bool* out) {
 
 bool parse_size_bytes(const char* s, uint64_t* out) {
   if (!s) return false;
-  std::string_view v = trim(s);
-  if (v.empty()) return false;
-  std::string num(v);
-  char* end = nullptr;
-  errno = 0;
-  double d = std::strtod(num.c_str(), &end);
-  if (errno != 0 || end == num.c_str() || !(d >= 0) || std::isinf(d)) return false;
-  std::string_view suffix = trim(std::string_view(end));
-  double mult = 1;
-  if (!suffix.empty()) {
-    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])));
-    switch (c) {
-      case 'K': mult = 1024.0; break;
-      case 'M': mult = 1024.0 * 1024; break;
-      case 'G': mult = 1024.0 * 1024 * 1024; break;
-      case 'T': mult = 1024.0 * 1024 * 1024 * 1024; break;
-      case 'B': mult = 1; break;
-      default: return false;
-    }
-    std::string_view rest = suffix.substr(1);
-    if (!(rest.empty() || iequals(rest, "B") || iequals(rest, "iB"))) return false;
-  }
-  double bytes = d * mult;
-  if (bytes >= 18446744073709551615.0) return false;
-  *out = static_cast<uint64_t>(bytes);
+  std::optional<uint64_t> bytes = format::parse_size(s);
+  if (!bytes) return false;
+  *out = *bytes;
   return true;
 }
 

@@ -7,17 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "format/units.hpp"
+
 namespace memtrace::output {
 
-std::string human_bytes(uint64_t n) {
-  constexpr double kKi = 1024.0;
-  if (n < 1024) return fmt::format("{} B", n);
-  double v = static_cast<double>(n);
-  if (v < kKi * kKi) return fmt::format("{:.1f} KiB", v / kKi);
-  if (v < kKi * kKi * kKi) return fmt::format("{:.1f} MiB", v / (kKi * kKi));
-  if (v < kKi * kKi * kKi * kKi) return fmt::format("{:.2f} GiB", v / (kKi * kKi * kKi));
-  return fmt::format("{:.2f} TiB", v / (kKi * kKi * kKi * kKi));
-}
+using format::human_bytes;
 
 namespace {
 template <typename... A>
@@ -48,17 +42,9 @@ std::string describe_site(const std::vector<FrameRef>& frames) {
   }
   return text.empty() ? std::string("(no frames)") : text;
 }
-}  // namespace
 
-std::string format_summary(const StateCopy& s, FrameSource& owners, const SummaryInfo& info) {
-  std::string out;
-
-  if (info.program.empty())
-    put_line(out, "memtrace: summary (pid {})", info.pid);
-  else
-    put_line(out, "memtrace: summary of {} (pid {})", info.program, info.pid);
-
-  // Device and host totals.
+// Device and host totals, and the VMM physical memory still alive.
+void put_totals(std::string& out, const StateCopy& s) {
   bool any_device = false;
   int ndev = std::clamp(s.device_count, 0, kMaxDevices);
   for (int d = 0; d < ndev; ++d) {
@@ -81,8 +67,10 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
     put_line(out, "  VMM physical memory still alive: {} handle{}, {}", s.handles.size(), s.handles.size() == 1 ? "" : "s",
          where);
   }
+}
 
-  // Live allocations grouped by owner, largest first.
+// Live allocations grouped by owner, largest first; the caching allocator's segments on their own line.
+void put_live_by_owner(std::string& out, const StateCopy& s, FrameSource& owners, const SummaryInfo& info) {
   struct Group {
     std::string owner;
     uint64_t count = 0;
@@ -150,58 +138,62 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
       put_line(out, "    {:<{}}  {:>7}  {:>10}", fmt::format("({} more)", groups.size() - rows), width, c, human_bytes(b));
     }
   }
+}
 
-  // Device memory by owner over the whole run: what each holds now and its own peak.
-  if (!s.owner_names.empty()) {
-    struct Row {
-      std::string_view name;
-      UsageStats u;
-    };
-    std::vector<Row> rows;
-    for (size_t i = 0; i < s.owner_names.size() && i < static_cast<size_t>(kMaxOwners); ++i)
-      if (s.owner_device[i].peak > 0) rows.push_back(Row{s.owner_names[i], s.owner_device[i]});
-    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-      return a.u.peak != b.u.peak ? a.u.peak > b.u.peak : a.name < b.name;
-    });
-    if (!rows.empty()) put_line(out, "  device memory by owner (now / peak):");
-    size_t shown = std::min(rows.size(), std::max<size_t>(info.max_owner_rows, 1));
-    for (size_t i = 0; i < shown; ++i)
-      put_line(out, "    {:<16}  {:>10} / {:>10}  in {} allocation{}", rows[i].name.substr(0, 32),
-               human_bytes(rows[i].u.current), human_bytes(rows[i].u.peak), rows[i].u.allocations,
-               rows[i].u.allocations == 1 ? "" : "s");
-    if (shown < rows.size()) put_line(out, "    ({} more owners)", rows.size() - shown);
+// Device memory by owner over the whole run: what each holds now and its own peak.
+void put_owner_usage(std::string& out, const StateCopy& s, const SummaryInfo& info) {
+  if (s.owner_names.empty()) return;
+  struct Row {
+    std::string_view name;
+    UsageStats u;
+  };
+  std::vector<Row> rows;
+  for (size_t i = 0; i < s.owner_names.size() && i < static_cast<size_t>(kMaxOwners); ++i)
+    if (s.owner_device[i].peak > 0) rows.push_back(Row{s.owner_names[i], s.owner_device[i]});
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.u.peak != b.u.peak ? a.u.peak > b.u.peak : a.name < b.name;
+  });
+  if (!rows.empty()) put_line(out, "  device memory by owner (now / peak):");
+  size_t shown = std::min(rows.size(), std::max<size_t>(info.max_owner_rows, 1));
+  for (size_t i = 0; i < shown; ++i)
+    put_line(out, "    {:<16}  {:>10} / {:>10}  in {} allocation{}", rows[i].name.substr(0, 32),
+             human_bytes(rows[i].u.current), human_bytes(rows[i].u.peak), rows[i].u.allocations,
+             rows[i].u.allocations == 1 ? "" : "s");
+  if (shown < rows.size()) put_line(out, "    ({} more owners)", rows.size() - shown);
+}
+
+// Where the live memory was allocated: the largest call sites, by bytes.
+void put_call_sites(std::string& out, const StateCopy& s, FrameSource& owners, const SummaryInfo& info) {
+  if (s.live.empty() || info.max_site_rows == 0) return;
+  struct Site {
+    uint32_t stack_id;
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+  };
+  std::unordered_map<uint32_t, Site> sites;
+  for (const AllocRecord& r : s.live) {
+    if (r.stack_id == 0 || r.cache == CacheRole::Segment) continue;
+    Site& site = sites.try_emplace(r.stack_id, Site{r.stack_id}).first->second;
+    site.count += 1;
+    site.bytes += r.size;
   }
-
-  // Where the live memory was allocated: the largest call sites, by bytes.
-  if (!s.live.empty() && info.max_site_rows > 0) {
-    struct Site {
-      uint32_t stack_id;
-      uint64_t count = 0;
-      uint64_t bytes = 0;
-    };
-    std::unordered_map<uint32_t, Site> sites;
-    for (const AllocRecord& r : s.live) {
-      if (r.stack_id == 0 || r.cache == CacheRole::Segment) continue;
-      Site& site = sites.try_emplace(r.stack_id, Site{r.stack_id}).first->second;
-      site.count += 1;
-      site.bytes += r.size;
-    }
-    std::vector<Site> top;
-    for (auto& kv : sites) top.push_back(kv.second);
-    std::sort(top.begin(), top.end(), [](const Site& a, const Site& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack_id < b.stack_id;
-    });
-    if (top.size() > info.max_site_rows) top.resize(info.max_site_rows);
-    if (!top.empty()) put_line(out, "  largest live call sites:");
-    std::vector<FrameRef> frames;
-    for (const Site& site : top) {
-      frames.clear();
-      owners.frames(site.stack_id, &frames);
-      put_line(out, "    {:>10}  {:>5}x  {}", human_bytes(site.bytes), site.count, describe_site(frames));
-    }
+  std::vector<Site> top;
+  for (auto& kv : sites) top.push_back(kv.second);
+  std::sort(top.begin(), top.end(), [](const Site& a, const Site& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack_id < b.stack_id;
+  });
+  if (top.size() > info.max_site_rows) top.resize(info.max_site_rows);
+  if (!top.empty()) put_line(out, "  largest live call sites:");
+  std::vector<FrameRef> frames;
+  for (const Site& site : top) {
+    frames.clear();
+    owners.frames(site.stack_id, &frames);
+    put_line(out, "    {:>10}  {:>5}x  {}", human_bytes(site.bytes), site.count, describe_site(frames));
   }
+}
 
-  // History.
+// The history ring, unknown frees, Python support and memtrace's own memory.
+void put_history(std::string& out, const StateCopy& s) {
   if (s.ring_capacity == 0 && s.trace.empty())
     put_line(out, "  history: not kept (MEMTRACE_MAX_ENTRIES=0)");
   else
@@ -216,7 +208,21 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
   if (s.ring_bytes || s.stack_table_bytes)
     put_line(out, "  memtrace's own memory: {} distinct stack{} ({}), history ring {} reserved", s.distinct_stacks,
              s.distinct_stacks == 1 ? "" : "s", human_bytes(s.stack_table_bytes), human_bytes(s.ring_bytes));
+}
 
+}  // namespace
+
+std::string format_summary(const StateCopy& s, FrameSource& owners, const SummaryInfo& info) {
+  std::string out;
+  if (info.program.empty())
+    put_line(out, "memtrace: summary (pid {})", info.pid);
+  else
+    put_line(out, "memtrace: summary of {} (pid {})", info.program, info.pid);
+  put_totals(out, s);
+  put_live_by_owner(out, s, owners, info);
+  put_owner_usage(out, s, info);
+  put_call_sites(out, s, owners, info);
+  put_history(out, s);
   // Where the snapshot went.
   if (info.written)
     put_line(out, "  snapshot: {} ({}, {:.2f} s)", info.path, human_bytes(info.bytes), info.seconds);

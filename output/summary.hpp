@@ -20,9 +20,6 @@ struct SummaryInfo {
   size_t max_site_rows = 5;   // largest live call sites listed (0: none)
 };
 
-// "512 B", "1.5 KiB", "3.0 MiB", "2.00 GiB", "1.25 TiB".
-std::string human_bytes(uint64_t n);
-
 // Every line ends with '\n'; the first starts with "memtrace: ". owners resolves stack ids to
 // owner names (NullFrameSource: all "unknown").
 std::string format_summary(const StateCopy& state, FrameSource& owners, const SummaryInfo& info);

@@ -23,11 +23,29 @@ bool parse_count(const char* s, long long lo, long long hi, long long* out) {
 
 }  // namespace
 
+void print_usage_error(const CommandSpec& spec, const std::string& problem) {
+  std::fprintf(stderr, "memtrace %s: %s\n\n%s", spec.name, problem.c_str(), spec.help);
+}
+
+std::vector<std::string> CommandLine::values_of(std::string_view option) const {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : values)
+    if (name == option) out.push_back(value);
+  return out;
+}
+
 std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec) {
   CommandLine cl;
   auto bad = [&](const std::string& msg) -> std::optional<CommandLine> {
-    std::fprintf(stderr, "memtrace %s: %s\n\n%s", spec.name, msg.c_str(), spec.help);
+    print_usage_error(spec, msg);
     return std::nullopt;
+  };
+  auto own_option = [&](std::string_view a) -> const char* {
+    for (const char* name : spec.value_options) {
+      std::string_view n = name;
+      if (a == n || (a.size() > n.size() && a.substr(0, n.size()) == n && a[n.size()] == '=')) return name;
+    }
+    return nullptr;
   };
   bool only_args = false;
   for (int i = 1; i < argc; ++i) {
@@ -69,6 +87,10 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const Comma
       long long n = 0;
       if (!parse_count(value("--top"), 0, 1LL << 40, &n)) return bad("--top needs a count (0 = all)");
       cl.top = static_cast<size_t>(n);
+    } else if (const char* name = own_option(a)) {
+      const char* v = value(name);
+      if (!v) return bad(std::string(name) + " needs a value");
+      cl.values.emplace_back(name, v);
     } else {
       return bad("unknown option '" + std::string(a) + "'");
     }

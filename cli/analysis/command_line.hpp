@@ -1,10 +1,14 @@
-// The options every analysis command shares (--json, --device N, --help, --lenient, --at, -o, --top) and the
-// two ways such a command fails before it starts: bad usage and a file that does not load (both
-// exit status 2, one line on stderr).
+// The options every analysis command shares (--json, --device N, --help, --lenient, --at, -o, --top),
+// a command's own options that take a value (replay's --capacity), and the two ways such a command
+// fails before it starts: bad usage and a file that does not load (both exit status 2, one line on
+// stderr).
 #pragma once
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
@@ -23,6 +27,9 @@ struct CommandSpec {
   bool takes_output = false;  // -o FILE
   bool output_required = false;
   bool takes_top = false;     // --top N
+  // The command's own options that take a value ("--capacity"), as "--name VALUE" or
+  // "--name=VALUE", each as often as it is given; the command checks the values.
+  std::span<const char* const> value_options = {};
 };
 
 struct CommandLine {
@@ -34,11 +41,19 @@ struct CommandLine {
   std::string output;
   std::optional<size_t> top;
   std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> values;  // (option, value) of value_options, in order
+
+  // The values given to one of value_options, in order.
+  std::vector<std::string> values_of(std::string_view option) const;
 };
 
 // argv[0] is the command's name. Returns nullopt after printing "memtrace NAME: problem" and the
 // help to stderr; sets help (after printing it to stdout) for -h/--help.
 std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec);
+
+// Prints "memtrace NAME: problem" and the help to stderr, as parse_command_line does: for the
+// command's own checks of its values.
+void print_usage_error(const CommandSpec& spec, const std::string& problem);
 
 // Loads a snapshot or prints "memtrace NAME: <the reader's error line>" to stderr. A file that
 // loads but is inconsistent (reader/consistency.hpp) is refused the same way, naming the first

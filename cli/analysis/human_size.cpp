@@ -6,23 +6,6 @@
 
 namespace memtrace::analysis {
 
-std::string human_bytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  char buf[48];
-  if (bytes < 1024) {
-    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", bytes);
-    return buf;
-  }
-  double v = static_cast<double>(bytes) / 1024.0;
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
-  return buf;
-}
-
 std::string human_delta(int64_t bytes) {
   if (bytes == 0) return "0 B";
   uint64_t mag = bytes < 0 ? static_cast<uint64_t>(-(bytes + 1)) + 1 : static_cast<uint64_t>(bytes);

@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <string>
 
+#include "format/units.hpp"
+
 namespace memtrace::analysis {
 
-// "512 B", "1.50 KiB", "8.00 MiB", "2.25 GiB", "1.00 TiB" (binary units, two decimals).
-std::string human_bytes(uint64_t bytes);
+// "512 B", "1.50 KiB", "8.00 MiB", "2.25 GiB", "1.00 TiB": the printer memtrace's exit summary uses too.
+using format::human_bytes;
 // Signed variant for differences: "+1.50 MiB", "-512 B", "0 B".
 std::string human_delta(int64_t bytes);
 // "1 segment", "3 segments".

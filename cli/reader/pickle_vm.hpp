@@ -21,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -155,6 +156,65 @@ class Vm {
   static constexpr size_t kMaxMarks = 10000;
 
  private:
+  // run()'s cursor in the pickle, handed to the opcode groups.
+  struct Input {
+    const uint8_t* base = nullptr;
+    size_t size = 0;
+    size_t pos = 0;        // the next byte to read
+    bool stopped = false;  // STOP was executed
+    size_t left() const { return size - pos; }
+  };
+
+  // ---- run(): the loop, the dispatch and one member per opcode group ----
+  // A group executes `code`, one of its opcodes (whose byte is at offset_), reads its arguments
+  // from `in` when it has any, and returns false after fail(). The ones declared inline are
+  // defined in pickle_vm.cpp and inlined into the dispatch, which keeps the loop as fast as one
+  // function; the rare others are in pickle_vm_legacy.cpp.
+  inline bool execute(Input& in, uint8_t code, Value* result);  // the dispatch
+  inline bool out_of_line(Input& in, uint8_t code, bool (Vm::*group)(Input&, uint8_t));
+  inline bool stop(Input& in, Value* result);           // STOP
+  inline bool stack_op(uint8_t code);                   // MARK, POP, POP_MARK, DUP
+  bool decimal_number(Input& in, uint8_t code);         // FLOAT, INT, LONG (protocol 0: a line of text)
+  inline bool binary_number(Input& in, uint8_t code);   // BININT, BININT1, BININT2, LONG1, LONG4, BINFLOAT
+  inline bool constant(uint8_t code);                   // NONE, NEWTRUE, NEWFALSE
+  bool quoted_string(Input& in, uint8_t code);          // STRING, UNICODE (protocol 0: a line of text)
+  inline bool counted_string(Input& in, uint8_t code);  // BINSTRING ... BYTEARRAY8: a length, then the bytes
+  inline bool new_container(uint8_t code);              // EMPTY_*, LIST, TUPLE, FROZENSET, DICT, TUPLE1-3
+  inline bool fill_container(uint8_t code);             // APPEND, APPENDS, ADDITEMS, SETITEM, SETITEMS
+  inline bool memo_store(Input& in, uint8_t code);      // MEMOIZE, PUT, BINPUT, LONG_BINPUT
+  inline bool memo_load(Input& in, uint8_t code);       // GET, BINGET, LONG_BINGET
+  bool global(Input& in, uint8_t code);                 // GLOBAL: only the whitelisted callables
+  bool reduce();                                        // REDUCE of a whitelisted callable
+  inline bool framing(Input& in, uint8_t code);         // PROTO, FRAME
+  // Every 16K opcodes (pickle_vm_values.cpp): the memory cap, and the input before `pos` given
+  // back (drop_consumed).
+  bool check_memory(size_t cap, bool drop_consumed, size_t pos, size_t* dropped_to);
+
+  // ---- helpers of the opcode groups ----
+  // The failures are cold: kept out of the loop's way.
+  [[gnu::cold]] bool fail(const std::string& what);  // sets *error_ to what + " at byte N"; returns false
+  [[gnu::cold]] bool truncated(uint64_t need, size_t left);
+  [[gnu::cold]] bool sealed_error();
+  std::string opname() const;  // the opcode at offset_, as describe_opcode names it
+  size_t stack_floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  inline bool pop(Value* v);
+  inline bool pop_mark(size_t* k);
+  // The text up to the next newline (protocol 0's arguments); false when there is none.
+  static bool readline(Input& in, std::string_view* line) {
+    const void* nl = std::memchr(in.base + in.pos, '\n', in.left());
+    if (!nl) return false;
+    size_t end = static_cast<size_t>(static_cast<const uint8_t*>(nl) - in.base);
+    *line = std::string_view(reinterpret_cast<const char*>(in.base + in.pos), end - in.pos);
+    in.pos = end + 1;
+    return true;
+  }
+  inline bool memo_index(Input& in, uint8_t code, uint8_t text_op, uint8_t byte_op, const char* bad_index,
+                         uint64_t* idx);
+  inline void push_str(const uint8_t* p, size_t len, Tag t);
+  inline void extend(uint32_t obj, size_t from);
+  inline void push_container(ObjKind k, size_t from);
+  inline bool fill_dict(uint32_t obj, size_t from);
+
   uint32_t new_obj(ObjKind k);
   std::vector<Value>& storage_of(uint32_t obj);
   void release_storage(uint32_t obj);
@@ -182,7 +242,11 @@ class Vm {
   static constexpr Value kUnset{7};  // a memo slot never stored (tag 7 is no value)
   std::vector<Value> memo_;
   std::unordered_map<uint64_t, Value> memo_far_;  // PUT indices far beyond the dense range
+  uint64_t memo_count_ = 0;  // len(memo) as Python counts it (MEMOIZE's index)
   uint64_t offset_ = 0;
+  const uint8_t* input_ = nullptr;  // run()'s bytes (for messages: the opcode at offset_)
+  std::string* error_ = nullptr;
+  std::string scratch_, scratch2_;
 };
 
 }  // namespace memtrace::reader::pickle

@@ -2,18 +2,21 @@
 #include <string>
 
 #include "fake_source.hpp"
+#include "format/units.hpp"
 #include "output/summary.hpp"
 
 using namespace memtrace;
 using namespace memtrace::output;
 namespace t = memtrace::output::test;
 
+// The summary prints sizes with format/units.hpp's human_bytes, as the CLI does.
 TEST_CASE("human units", "[summary]") {
+  using format::human_bytes;
   CHECK(human_bytes(0) == "0 B");
   CHECK(human_bytes(1023) == "1023 B");
-  CHECK(human_bytes(1024) == "1.0 KiB");
-  CHECK(human_bytes(1536) == "1.5 KiB");
-  CHECK(human_bytes(3u << 20) == "3.0 MiB");
+  CHECK(human_bytes(1024) == "1.00 KiB");
+  CHECK(human_bytes(1536) == "1.50 KiB");
+  CHECK(human_bytes(3u << 20) == "3.00 MiB");
   CHECK(human_bytes(uint64_t{5} << 30) == "5.00 GiB");
   CHECK(human_bytes((uint64_t{5} << 40) + (uint64_t{1} << 38)) == "5.25 TiB");
 }
@@ -59,11 +62,11 @@ TEST_CASE("summary lists devices, host, VMM, owners, history and the path", "[su
   std::string text = format_summary(s, src, info);
   INFO(text);
   CHECK(text.rfind("memtrace: summary of /usr/bin/app (pid 77)\n", 0) == 0);
-  CHECK(text.find("  device 0: current 3.0 MiB, peak 8.0 MiB, 12 allocations\n") != std::string::npos);
-  CHECK(text.find("  device 1: current 1.0 KiB, peak 2.0 KiB, 1 allocation\n") != std::string::npos);
-  CHECK(text.find("  host pinned: current 4.0 KiB, peak 64.0 KiB, 3 allocations\n") != std::string::npos);
-  CHECK(text.find("  VMM physical memory still alive: 1 handle, 2.0 MiB on devices\n") != std::string::npos);
-  CHECK(text.find("  live at exit: 4 allocations, 3.0 MiB\n") != std::string::npos);
+  CHECK(text.find("  device 0: current 3.00 MiB, peak 8.00 MiB, 12 allocations\n") != std::string::npos);
+  CHECK(text.find("  device 1: current 1.00 KiB, peak 2.00 KiB, 1 allocation\n") != std::string::npos);
+  CHECK(text.find("  host pinned: current 4.00 KiB, peak 64.00 KiB, 3 allocations\n") != std::string::npos);
+  CHECK(text.find("  VMM physical memory still alive: 1 handle, 2.00 MiB on devices\n") != std::string::npos);
+  CHECK(text.find("  live at exit: 4 allocations, 3.00 MiB\n") != std::string::npos);
   // largest owner first
   size_t torch = text.find("    torch  ");
   size_t nccl = text.find("    nccl   ");
@@ -73,10 +76,10 @@ TEST_CASE("summary lists devices, host, VMM, owners, history and the path", "[su
   CHECK(unknown != std::string::npos);
   CHECK(torch < nccl);
   CHECK(nccl < unknown);
-  CHECK(text.find("2.0 MiB\n", torch) < nccl);
+  CHECK(text.find("2.00 MiB\n", torch) < nccl);
   CHECK(text.find("  history: 10 events kept, 90 dropped (ring holds 10)\n") != std::string::npos);
   CHECK(text.find("  frees of pointers memtrace never saw allocated: 2\n") != std::string::npos);
-  CHECK(text.find("  snapshot: /tmp/memtrace-77.pickle (120.6 KiB, 0.25 s)\n") != std::string::npos);
+  CHECK(text.find("  snapshot: /tmp/memtrace-77.pickle (120.56 KiB, 0.25 s)\n") != std::string::npos);
   CHECK(text.back() == '\n');
   int lines = 0;
   for (char c : text) lines += c == '\n';
@@ -146,7 +149,7 @@ TEST_CASE("summary reports memtrace's own memory", "[summary]") {
   s.ring_bytes = 28000000;
   std::string text = format_summary(s, src, SummaryInfo{});
   INFO(text);
-  CHECK(text.find("memtrace's own memory: 12 distinct stacks (3.0 MiB), history ring 26.7 MiB reserved") !=
+  CHECK(text.find("memtrace's own memory: 12 distinct stacks (3.00 MiB), history ring 26.70 MiB reserved") !=
         std::string::npos);
 }
 
@@ -158,8 +161,8 @@ TEST_CASE("summary gives each owner's device bytes now and at its peak", "[summa
   s.owner_device[2] = UsageStats{0, 128u << 20, 3};
   std::string text = format_summary(s, src, SummaryInfo{});
   INFO(text);
-  size_t nccl = text.find("nccl                     0 B /  128.0 MiB  in 3 allocations");
-  size_t torch = text.find("torch                1.0 MiB /   64.0 MiB  in 40 allocations");
+  size_t nccl = text.find("nccl                     0 B / 128.00 MiB  in 3 allocations");
+  size_t torch = text.find("torch               1.00 MiB /  64.00 MiB  in 40 allocations");
   CHECK(text.find("device memory by owner (now / peak):") != std::string::npos);
   CHECK(nccl != std::string::npos);
   CHECK(torch != std::string::npos);
