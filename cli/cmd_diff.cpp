@@ -13,6 +13,7 @@
 #include "cli/analysis/snapshot_diff.hpp"
 #include "cli/analysis/stack_text.hpp"
 #include "cli/commands.hpp"
+#include "format/stack_line.hpp"
 
 namespace memtrace::cli {
 
@@ -30,6 +31,7 @@ const CommandSpec kSpec{
     "\n"
     "  --json        one JSON document on stdout (every row unless --top is given)\n"
     "  --device N    only device N (default: all devices together)\n"
+    "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --at end      compare what is live at the end of each file (default)\n"
     "  --at peak     compare what was live at each device's peak\n"
     "  --top N       stack rows shown (text default 20; 0 = all)\n"
@@ -69,11 +71,17 @@ void row_json(JsonWriter& j, const DiffRow& r, bool frames) {
   j.end_object();
 }
 
-void row_text(const DiffRow& r, bool stack) {
+void row_text(const DiffRow& r, bool stack, StackView* view = nullptr, size_t width = 0) {
   std::string counts = std::to_string(r.count_a) + "x -> " + std::to_string(r.count_b) + "x";
   std::printf("  %12s  %10s -> %-10s %-14s  ", human_delta(r.delta()).c_str(), human_bytes(r.bytes_a).c_str(),
               human_bytes(r.bytes_b).c_str(), counts.c_str());
-  if (stack) std::printf("%-12s  %s\n", r.owner.c_str(), r.key.c_str());
+  // "  <12>  <10> -> <10> <14>  <12>  ": what a row holds before its stack.
+  constexpr size_t kLead = 2 + 12 + 2 + 10 + 4 + 10 + 1 + 14 + 2 + 12 + 2;
+  if (stack) {
+    std::string text = r.key;
+    if (view) text = view->line(r.stack_id, width == 0 ? 0 : width > kLead + 20 ? width - kLead : 20);
+    std::printf("%-12s  %s\n", r.owner.c_str(), text.c_str());
+  }
   else std::printf("%s\n", r.key.c_str());
 }
 
@@ -83,9 +91,9 @@ int cmd_diff(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto a = load_for_command(cl->args[0], kSpec, cl->lenient);
+  auto a = load_for_command(cl->args[0], kSpec, cl->lenient, cl->device);
   if (!a) return kExitBadInput;
-  auto b = load_for_command(cl->args[1], kSpec, cl->lenient);
+  auto b = load_for_command(cl->args[1], kSpec, cl->lenient, cl->device);
   if (!b) return kExitBadInput;
 
   std::set<int> dev_set;
@@ -95,8 +103,12 @@ int cmd_diff(int argc, char** argv) {
   Side sa = collect(*a, devices, cl->at), sb = collect(*b, devices, cl->at);
   auto owners = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kOwner), *b,
                             group_allocs(*b, sb.allocs, GroupBy::kOwner), true);
-  auto stacks = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kStack), *b,
-                            group_allocs(*b, sb.allocs, GroupBy::kStack), false);
+  // Text rows match stacks by the frames shown (docs/reports.md, "Readable stacks"); JSON by the
+  // whole stack.
+  StackView view_a(*a, cl->frames), view_b(*b, cl->frames);
+  const bool by_view = !cl->json;
+  auto stacks = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kStack, by_view ? &view_a : nullptr), *b,
+                            group_allocs(*b, sb.allocs, GroupBy::kStack, by_view ? &view_b : nullptr), false);
   const char* at = cl->at == Moment::kPeak ? "peak" : "end";
   size_t top = cl->top.value_or(cl->json ? 0 : 20);
   size_t shown = top == 0 ? stacks.size() : std::min(top, stacks.size());
@@ -161,7 +173,9 @@ int cmd_diff(int argc, char** argv) {
   for (const DiffRow& r : owners) row_text(r, false);
   std::printf("live at %s, by stack:\n", at);
   if (stacks.empty()) std::printf("  no change\n");
-  for (size_t i = 0; i < shown; ++i) row_text(stacks[i], true);
+  const size_t width = format::report_width(1);
+  for (size_t i = 0; i < shown; ++i)
+    row_text(stacks[i], true, stacks[i].frames_from == &*a ? &view_a : &view_b, width);
   if (shown < stacks.size()) {
     int64_t rest = 0;
     for (size_t i = shown; i < stacks.size(); ++i) rest += stacks[i].delta();

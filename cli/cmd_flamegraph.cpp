@@ -26,6 +26,7 @@ const CommandSpec kSpec{
     "  --at end    the allocations live at the end (default)\n"
     "  --at peak   the allocations live at each device's peak\n"
     "  --device N  only device N (default: all devices together)\n"
+    "  --frames all  every frame, in full (default: the frames that tell stacks apart)\n"
     "  -o OUT      write there (default: stdout)\n"
     "  --json      with -o: report what was written as JSON on stdout\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
@@ -41,7 +42,7 @@ int cmd_flamegraph(int argc, char** argv) {
     std::fprintf(stderr, "memtrace flamegraph: --json needs -o OUT (the folded stacks go there)\n\n%s", kSpec.help);
     return kExitUsage;
   }
-  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient, cl->device);
   if (!snap) return kExitBadInput;
   std::vector<LiveAlloc> allocs;
   for (int d : devices_to_report(*snap, cl->device)) {
@@ -49,7 +50,8 @@ int cmd_flamegraph(int argc, char** argv) {
     const auto& v = cl->at == Moment::kPeak ? h.live_at_peak : h.live_at_end;
     allocs.insert(allocs.end(), v.begin(), v.end());
   }
-  auto lines = fold_allocs(*snap, allocs);
+  StackView view(*snap, cl->frames);
+  auto lines = fold_allocs(*snap, allocs, &view);
   std::string text = folded_text(lines);
   if (cl->output.empty() || cl->output == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);

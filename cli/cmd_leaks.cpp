@@ -10,6 +10,7 @@
 #include "cli/analysis/json_writer.hpp"
 #include "cli/analysis/report.hpp"
 #include "cli/commands.hpp"
+#include "format/stack_line.hpp"
 
 namespace memtrace::cli {
 
@@ -27,6 +28,7 @@ const CommandSpec kSpec{
     "\n"
     "  --json      one JSON document on stdout (every group unless --top is given)\n"
     "  --device N  only device N\n"
+    "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --top N     stack groups shown (text default 20; 0 = all)\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1, false, false, false, true};
@@ -37,7 +39,7 @@ int cmd_leaks(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient, cl->device);
   if (!snap) return kExitBadInput;
   const reader::Snapshot& s = *snap;
   const std::string& path = cl->args[0];
@@ -50,12 +52,14 @@ int cmd_leaks(int argc, char** argv) {
   } else {
     std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
   }
+  StackView view(s, cl->frames);
+  const size_t width = format::report_width(1);
   for (int d : devices_to_report(s, cl->device)) {
     DeviceHistory h = analyze_device(s, d);
     uint64_t bytes = 0;
     for (const LiveAlloc& a : h.live_at_end) bytes += a.bytes;
     auto owners = group_allocs(s, h.live_at_end, GroupBy::kOwner);
-    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStackAndOwner);
+    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStackAndOwner, cl->json ? nullptr : &view);
     if (cl->json) {
       j.begin_object();
       j.field_int("device", d);
@@ -74,7 +78,7 @@ int cmd_leaks(int argc, char** argv) {
     std::printf("  by owner:\n");
     print_groups(stdout, owners, 0, true, false);
     std::printf("  by stack:\n");
-    print_groups(stdout, stacks, cl->top.value_or(20), true, true);
+    print_groups(stdout, stacks, cl->top.value_or(20), true, true, &view, width);
   }
   if (cl->json) {
     j.end_array();

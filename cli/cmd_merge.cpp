@@ -39,9 +39,9 @@ int cmd_merge(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto pt = load_for_command(cl->args[0], kSpec, cl->lenient);
+  auto pt = load_for_command(cl->args[0], kSpec, cl->lenient, cl->device);
   if (!pt) return kExitBadInput;
-  auto mt = load_for_command(cl->args[1], kSpec, cl->lenient);
+  auto mt = load_for_command(cl->args[1], kSpec, cl->lenient, cl->device);
   if (!mt) return kExitBadInput;
   if (pt->producer == reader::Producer::kMemtrace)
     std::fprintf(stderr, "memtrace merge: warning: %s was written by memtrace, not PyTorch\n", cl->args[0].c_str());

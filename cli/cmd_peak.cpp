@@ -10,6 +10,7 @@
 #include "cli/analysis/json_writer.hpp"
 #include "cli/analysis/report.hpp"
 #include "cli/commands.hpp"
+#include "format/stack_line.hpp"
 
 namespace memtrace::cli {
 
@@ -27,6 +28,7 @@ const CommandSpec kSpec{
     "\n"
     "  --json      one JSON document on stdout (every group unless --top is given)\n"
     "  --device N  only device N\n"
+    "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --top N     groups shown (text default 20; 0 = all)\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1, false, false, false, true};
@@ -37,7 +39,7 @@ int cmd_peak(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient, cl->device);
   if (!snap) return kExitBadInput;
   const reader::Snapshot& s = *snap;
   const std::string& path = cl->args[0];
@@ -50,9 +52,11 @@ int cmd_peak(int argc, char** argv) {
   } else {
     std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
   }
+  StackView view(s, cl->frames);
+  const size_t width = format::report_width(1);
   for (int d : devices_to_report(s, cl->device)) {
     DeviceHistory h = analyze_device(s, d);
-    auto groups = group_allocs(s, h.live_at_peak, GroupBy::kStack);
+    auto groups = group_allocs(s, h.live_at_peak, GroupBy::kStack, cl->json ? nullptr : &view);
     if (cl->json) {
       j.begin_object();
       j.field_int("device", d);
@@ -63,6 +67,8 @@ int cmd_peak(int argc, char** argv) {
       j.field_uint("allocations", h.live_at_peak.size());
       j.key("stacks");
       groups_json(j, s, groups, cl->top.value_or(0), true);
+      j.key("out_of_memory");
+      ooms_json(j, s, find_ooms(s, d));
       j.end_object();
       continue;
     }
@@ -72,7 +78,8 @@ int cmd_peak(int argc, char** argv) {
       std::printf("after entry %" PRId64 " of %zu (%s)\n", h.peak_index, h.entries, human_time_us(h.peak_time_us).c_str());
     else
       std::printf("before the first of %zu entries\n", h.entries);
-    print_groups(stdout, groups, cl->top.value_or(20), true, true);
+    print_groups(stdout, groups, cl->top.value_or(20), true, true, &view, width);
+    print_ooms(stdout, s, find_ooms(s, d), view, width);
   }
   if (cl->json) {
     j.end_array();

@@ -86,7 +86,7 @@ int cmd_ranks(int argc, char** argv) {
   std::vector<Row> rows;
   bool failed = false;
   for (const std::string& name : files) {
-    auto snap = load_for_command((fs::path(dir) / name).string(), kSpec, cl->lenient);
+    auto snap = load_for_command((fs::path(dir) / name).string(), kSpec, cl->lenient, cl->device);
     if (!snap) {
       failed = true;
       continue;

@@ -43,8 +43,8 @@ constexpr const char* kHelp =
     "                       expandable_segments:True and memtrace_policy:remap.\n"
     "  --capacity SIZE      device memory, e.g. 80GiB, 80G, 24576MiB or bytes (K, KB and KiB, and\n"
     "                       so on, are all powers of 1024); default unlimited\n"
-    "  --device N           which device's history to replay (default: device 0, or the first\n"
-    "                       device with entries)\n"
+    "  --device N           which device's history to replay (default: the device with the most\n"
+    "                       events)\n"
     "  --json               one JSON document on stdout instead of text\n"
     "  --lenient            read a file that breaks the format's invariants (each named on stderr)\n"
     "\n"
@@ -253,7 +253,7 @@ int cmd_replay(int argc, char** argv) {
   std::optional<Options> opt = parse_options(argc, argv, &exit_code);
   if (!opt) return exit_code;
 
-  std::optional<rd::Snapshot> loaded = analysis::load_for_command(opt->path, kSpec, opt->lenient);
+  std::optional<rd::Snapshot> loaded = analysis::load_for_command(opt->path, kSpec, opt->lenient, opt->device);
   if (!loaded) return kExitUsage;
   const rd::Snapshot& snap = *loaded;
 

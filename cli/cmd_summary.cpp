@@ -11,6 +11,7 @@
 #include "cli/analysis/json_writer.hpp"
 #include "cli/analysis/report.hpp"
 #include "cli/commands.hpp"
+#include "format/stack_line.hpp"
 
 namespace memtrace::cli {
 
@@ -30,6 +31,7 @@ const CommandSpec kSpec{
     "\n"
     "  --json      one JSON document on stdout\n"
     "  --device N  only device N\n"
+    "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1};
 
@@ -50,7 +52,9 @@ std::string truncation(const reader::Snapshot& s, const DeviceHistory& h) {
   return why;
 }
 
-void print_text(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices) {
+void print_text(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices, FrameMode frames) {
+  StackView view(s, frames);
+  const size_t width = format::report_width(1);
   std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
   for (int d : devices) {
     DeviceHistory h = analyze_device(s, d);
@@ -77,11 +81,12 @@ void print_text(const std::string& path, const reader::Snapshot& s, const std::v
       std::printf("  by owner (live now):\n");
       print_groups(stdout, owners, 0, true, false);
     }
-    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStack);
+    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStack, &view);
     if (!stacks.empty()) {
       std::printf("  largest live stacks:\n");
-      print_groups(stdout, stacks, kTopStacks, true, true);
+      print_groups(stdout, stacks, kTopStacks, true, true, &view, width);
     }
+    print_ooms(stdout, s, find_ooms(s, d), view, width);
   }
 }
 
@@ -121,6 +126,8 @@ void print_json(const std::string& path, const reader::Snapshot& s, const std::v
     groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kOwner), 0, false);
     j.key("top_stacks");
     groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kStack), kTopStacks, true);
+    j.key("out_of_memory");
+    ooms_json(j, s, find_ooms(s, d));
     j.end_object();
   }
   j.end_array();
@@ -134,11 +141,11 @@ int cmd_summary(int argc, char** argv) {
   auto cl = parse_command_line(argc, argv, kSpec);
   if (!cl) return kExitUsage;
   if (cl->help) return 0;
-  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient);
+  auto snap = load_for_command(cl->args[0], kSpec, cl->lenient, cl->device);
   if (!snap) return kExitBadInput;
   std::vector<int> devices = devices_to_report(*snap, cl->device);
   if (cl->json) print_json(cl->args[0], *snap, devices);
-  else print_text(cl->args[0], *snap, devices);
+  else print_text(cl->args[0], *snap, devices, cl->frames);
   return 0;
 }
 

@@ -91,13 +91,17 @@ std::string_view base_name(std::string_view file) {
 }  // namespace
 
 const char* frame_kind_name(FrameKind k) {
-  static const char* const kNames[kFrameKindCount] = {"user",      "python",    "profiler", "interpreter",
-                                                      "glue",      "allocator", "startup"};
+  static const char* const kNames[kFrameKindCount] = {"user", "python",    "python library", "profiler",
+                                                      "interpreter", "glue", "allocator",      "startup"};
   return kNames[static_cast<int>(k)];
 }
 
 FrameKind classify_frame(std::string_view name, std::string_view file) {
-  if (ends_with(file, ".py") || ends_with(file, ".pyw") || starts_with(file, "<frozen ")) return FrameKind::Python;
+  if (starts_with(file, "<frozen ")) return FrameKind::PythonLibrary;
+  if (ends_with(file, ".py") || ends_with(file, ".pyw"))
+    return contains(file, "site-packages/") || contains(file, "dist-packages/") || contains(file, "/lib/python3")
+               ? FrameKind::PythonLibrary
+               : FrameKind::Python;
   const std::string_view q = qualified_name(name);
   std::string_view lib = base_name(file);
   if (any_prefix(q, kProfilerPrefixes) || contains(q, "gather_with_cpp") || starts_with(lib, "libmemtrace"))
@@ -117,9 +121,13 @@ FrameKind classify_frame(std::string_view name, std::string_view file) {
 }
 
 std::vector<size_t> shown_frames(const std::vector<FrameKind>& kinds) {
+  bool own_python = false;
+  for (FrameKind k : kinds) own_python = own_python || k == FrameKind::Python;
   std::vector<size_t> out;
   for (size_t i = 0; i < kinds.size(); ++i)
-    if (kinds[i] == FrameKind::User || kinds[i] == FrameKind::Python) out.push_back(i);
+    if (kinds[i] == FrameKind::User || kinds[i] == FrameKind::Python ||
+        (kinds[i] == FrameKind::PythonLibrary && !own_python))
+      out.push_back(i);
   if (!out.empty()) return out;
   for (size_t i = 0; i < kinds.size(); ++i)
     if (kinds[i] != FrameKind::Profiler) out.push_back(i);
@@ -153,10 +161,26 @@ std::string_view without_parameters(std::string_view name) {
   return name;
 }
 
+// A Python file reads as its module path: "torch/autograd/__init__.py" says what "__init__.py"
+// does not. Inside an installation that is the part after site-packages/ (or the standard
+// library's python3.X/); a relative path is already one; anything else is cut to its base name.
+std::string_view python_file(std::string_view file) {
+  for (std::string_view root : {"site-packages/", "dist-packages/"})
+    if (size_t at = file.rfind(root); at != std::string_view::npos) return file.substr(at + root.size());
+  if (size_t at = file.rfind("/lib/python3"); at != std::string_view::npos) {
+    size_t slash = file.find('/', at + 5);
+    if (slash != std::string_view::npos) return file.substr(slash + 1);
+  }
+  if (!file.empty() && file[0] != '/') return file;
+  return base_name(file);
+}
+
 std::string short_frame_label(const FrameText& f) {
   std::string out{without_parameters(f.name)};
   if (out.empty()) out = "??";
-  std::string_view file = base_name(f.file);
+  const bool python = ends_with(f.file, ".py") || ends_with(f.file, ".pyw");
+  std::string_view file = python ? python_file(f.file) : base_name(f.file);
+  if (file == "??") file = {};  // PyTorch's spelling of "no file"
   if (!file.empty()) {
     out += " (";
     out += file;

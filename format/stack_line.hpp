@@ -14,7 +14,10 @@ namespace memtrace::format {
 // What a frame is to a reader looking for who took the memory.
 enum class FrameKind : uint8_t {
   User,         // the program's and its libraries' own code: shown
-  Python,       // a Python frame (file *.py): shown
+  Python,       // a Python frame of the program's own code (file *.py): shown
+  PythonLibrary,  // a Python frame of an installed package or the standard library (site-packages/,
+                  // dist-packages/, lib/python3.X/, <frozen ...>): shown when the stack has no
+                  // frame of the program's own Python code
   Profiler,     // memtrace's own frames and PyTorch's stack-gathering frames
   Interpreter,  // CPython's C frames (_PyEval_EvalFrameDefault, PyObject_Call, ...)
   Glue,         // binding and dispatch glue: libffi, _ctypes, pybind11, PyTorch's op dispatcher
@@ -22,7 +25,7 @@ enum class FrameKind : uint8_t {
                 // runtime and driver entry points
   Startup,      // _start, __libc_start_main, start_thread, clone
 };
-inline constexpr int kFrameKindCount = 7;
+inline constexpr int kFrameKindCount = 8;
 const char* frame_kind_name(FrameKind k);
 
 FrameKind classify_frame(std::string_view name, std::string_view file);
@@ -34,11 +37,14 @@ struct FrameText {
 };
 
 // Which frames a report shows, as indices into `kinds` (innermost first, the order kept): the
-// User and Python ones. When a stack has none, every frame but the Profiler ones, so that a stack
-// entirely inside the allocator still reads as something.
+// User and Python ones, and PythonLibrary ones only when there is no Python one (torch.nn's
+// forward says less than the model's line that called it). When a stack has none of these, every
+// frame but the Profiler ones, so that a stack entirely inside the allocator still reads as
+// something.
 std::vector<size_t> shown_frames(const std::vector<FrameKind>& kinds);
 
-// "name (file:line)" with the C++ parameter list dropped and the file cut to its base name:
+// "name (file:line)" with the C++ parameter list dropped and the file cut to its base name (a
+// Python file to its module path: torch/nn/modules/module.py):
 // `at::native::add_out(at::Tensor const&, ...)` reads `at::native::add_out`.
 std::string short_frame_label(const FrameText& f);
 

@@ -24,7 +24,8 @@ bool parse_count(const char* s, long long lo, long long hi, long long* out) {
 }  // namespace
 
 void print_usage_error(const CommandSpec& spec, const std::string& problem) {
-  std::fprintf(stderr, "memtrace %s: %s\n\n%s", spec.name, problem.c_str(), spec.help);
+  std::fprintf(stderr, "memtrace %s: %s\nTry 'memtrace %s --help' for its options.\n", spec.name, problem.c_str(),
+               spec.name);
 }
 
 std::vector<std::string> CommandLine::values_of(std::string_view option) const {
@@ -33,6 +34,31 @@ std::vector<std::string> CommandLine::values_of(std::string_view option) const {
     if (name == option) out.push_back(value);
   return out;
 }
+
+namespace {
+
+bool has_device(const reader::Snapshot& s, int d) {
+  if (d >= 0 && d < static_cast<int>(s.device_traces.size())) return true;
+  for (const reader::Segment& seg : s.segments)
+    if (seg.device == d) return true;
+  return false;
+}
+
+// "it has devices 0 and 1", "it has device 0", "it has no device".
+std::string devices_text(const reader::Snapshot& s) {
+  std::vector<int> have;
+  for (int d = 0; d < s.device_count(); ++d)
+    if (has_device(s, d)) have.push_back(d);
+  if (have.empty()) return "it has no device";
+  std::string out = have.size() == 1 ? "it has device " : "it has devices ";
+  for (size_t i = 0; i < have.size(); ++i) {
+    if (i) out += i + 1 == have.size() ? " and " : ", ";
+    out += std::to_string(have[i]);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec) {
   CommandLine cl;
@@ -83,6 +109,12 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const Comma
       const char* v = a == "-o" ? (i + 1 < argc ? argv[++i] : nullptr) : value("--output");
       if (!v || !*v) return bad("-o needs a file name");
       cl.output = v;
+    } else if (is("--frames")) {
+      const char* v = value("--frames");
+      std::string_view w = v ? v : "";
+      if (w == "all") cl.frames = FrameMode::kAll;
+      else if (w == "short") cl.frames = FrameMode::kShort;
+      else return bad("--frames takes 'short' or 'all'");
     } else if (spec.takes_top && is("--top")) {
       long long n = 0;
       if (!parse_count(value("--top"), 0, 1LL << 40, &n)) return bad("--top needs a count (0 = all)");
@@ -105,7 +137,8 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const Comma
   return cl;
 }
 
-std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec, bool lenient) {
+std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec, bool lenient,
+                                                 std::optional<int> device) {
   reader::LoadResult r = reader::load_snapshot(path);
   if (!r.snapshot) {
     std::fprintf(stderr, "memtrace %s: %s\n", spec.name,
@@ -127,6 +160,11 @@ std::optional<reader::Snapshot> load_for_command(const std::string& path, const 
   if (total > found.size())
     std::fprintf(stderr, "memtrace %s: warning: %s: %zu more inconsistencies not shown\n", spec.name, path.c_str(),
                  total - found.size());
+  if (device && !has_device(*r.snapshot, *device)) {
+    std::fprintf(stderr, "memtrace %s: %s: no device %d in this file (%s)\n", spec.name, path.c_str(), *device,
+                 devices_text(*r.snapshot).c_str());
+    return std::nullopt;
+  }
   return std::move(*r.snapshot);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
+#include "cli/analysis/stack_view.hpp"
 #include "cli/reader/snapshot.hpp"
 
 namespace memtrace::analysis {
@@ -40,6 +41,7 @@ struct CommandLine {
   Moment at = Moment::kEnd;
   std::string output;
   std::optional<size_t> top;
+  FrameMode frames = FrameMode::kShort;  // --frames short|all (docs/reports.md, "Readable stacks")
   std::vector<std::string> args;
   std::vector<std::pair<std::string, std::string>> values;  // (option, value) of value_options, in order
 
@@ -47,18 +49,21 @@ struct CommandLine {
   std::vector<std::string> values_of(std::string_view option) const;
 };
 
-// argv[0] is the command's name. Returns nullopt after printing "memtrace NAME: problem" and the
-// help to stderr; sets help (after printing it to stdout) for -h/--help.
+// argv[0] is the command's name. Returns nullopt after printing "memtrace NAME: problem" and a hint
+// to stderr; sets help (after printing it to stdout) for -h/--help.
 std::optional<CommandLine> parse_command_line(int argc, char** argv, const CommandSpec& spec);
 
-// Prints "memtrace NAME: problem" and the help to stderr, as parse_command_line does: for the
-// command's own checks of its values.
+// Prints "memtrace NAME: problem" and a one-line hint to stderr, as parse_command_line does: for
+// the command's own checks of its values. The whole help would push the problem off the screen.
 void print_usage_error(const CommandSpec& spec, const std::string& problem);
 
 // Loads a snapshot or prints "memtrace NAME: <the reader's error line>" to stderr. A file that
 // loads but is inconsistent (reader/consistency.hpp) is refused the same way, naming the first
 // inconsistency, unless `lenient`: then each is a warning on stderr and the file is used.
-std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec, bool lenient);
+// A `device` the file does not have (no trace list and no segment for it) is refused the same way:
+// a figure for it would be a row of zeros.
+std::optional<reader::Snapshot> load_for_command(const std::string& path, const CommandSpec& spec, bool lenient,
+                                                 std::optional<int> device = std::nullopt);
 
 // The devices a command reports: --device N alone, else every device with a segment or an entry
 // (device 0 when the file has none).

@@ -158,10 +158,17 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
 }
 
 int default_device(const rd::Snapshot& snap) {
-  if (!snap.device_traces.empty() && !snap.device_traces[0].empty()) return 0;
-  for (size_t d = 0; d < snap.device_traces.size(); ++d)
-    if (!snap.device_traces[d].empty()) return static_cast<int>(d);
-  return 0;
+  // The device with the most events (entries, then segments): a file whose memory is all on
+  // device 1 replays device 1.
+  const int n = snap.device_count();
+  std::vector<uint64_t> events(static_cast<size_t>(n > 0 ? n : 1), 0);
+  for (size_t d = 0; d < snap.device_traces.size(); ++d) events[d] += snap.device_traces[d].size();
+  for (const rd::Segment& seg : snap.segments)
+    if (seg.device >= 0 && seg.device < n) events[static_cast<size_t>(seg.device)] += 1 + seg.blocks.size();
+  int best = 0;
+  for (int d = 1; d < n; ++d)
+    if (events[static_cast<size_t>(d)] > events[static_cast<size_t>(best)]) best = d;
+  return best;
 }
 
 }  // namespace memtrace::analysis::replay

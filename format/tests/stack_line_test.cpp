@@ -43,7 +43,10 @@ TEST_CASE("frames are classified by what they are to the reader") {
   CHECK(classify_frame("_start", "") == FrameKind::Startup);
 
   CHECK(classify_frame("forward", "/home/me/model.py") == FrameKind::Python);
-  CHECK(classify_frame("<module>", "<frozen runpy>") == FrameKind::Python);
+  CHECK(classify_frame("<module>", "<frozen runpy>") == FrameKind::PythonLibrary);
+  CHECK(classify_frame("forward", "/opt/conda/lib/python3.12/site-packages/torch/nn/modules/linear.py") ==
+        FrameKind::PythonLibrary);
+  CHECK(classify_frame("run", "/usr/lib/python3.12/runpy.py") == FrameKind::PythonLibrary);
   CHECK(classify_frame("allocate", "leak.c") == FrameKind::User);
   CHECK(classify_frame("main", "") == FrameKind::User);
   CHECK(classify_frame("ncclCommInitRank", "libnccl.so.2") == FrameKind::User);
@@ -60,6 +63,11 @@ TEST_CASE("shown frames are the user's and Python's, in stack order") {
   std::vector<FrameKind> inner = {FrameKind::Profiler, FrameKind::Allocator, FrameKind::Interpreter};
   CHECK(shown_frames(inner) == std::vector<size_t>{1, 2});
   CHECK(shown_frames({}).empty());
+  // Library Python frames give way to the program's own, and stand in for them when there are none.
+  std::vector<FrameKind> lib = {FrameKind::User, FrameKind::PythonLibrary, FrameKind::Python, FrameKind::PythonLibrary};
+  CHECK(shown_frames(lib) == std::vector<size_t>{0, 2});
+  std::vector<FrameKind> only_lib = {FrameKind::Allocator, FrameKind::PythonLibrary, FrameKind::Interpreter};
+  CHECK(shown_frames(only_lib) == std::vector<size_t>{1});
 }
 
 TEST_CASE("a frame label drops the parameter list and the directory") {
@@ -72,6 +80,12 @@ TEST_CASE("a frame label drops the parameter list and the directory") {
   CHECK(short_frame_label({"allocate", "/src/app/leak.c", 36}) == "allocate (leak.c:36)");
   CHECK(short_frame_label({"f(int)", "/lib/libx.so", 0}) == "f (libx.so)");
   CHECK(short_frame_label({"", "", 0}) == "??");
+  CHECK(short_frame_label({"torch::unwind::unwind()", "??", 0}) == "torch::unwind::unwind");
+  CHECK(short_frame_label({"forward", "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py", 125}) ==
+        "forward (torch/nn/modules/linear.py:125)");
+  CHECK(short_frame_label({"run", "/usr/lib/python3.12/runpy.py", 88}) == "run (runpy.py:88)");
+  CHECK(short_frame_label({"step", "/home/me/train.py", 60}) == "step (train.py:60)");
+  CHECK(short_frame_label({"backward", "torch/autograd/__init__.py", 251}) == "backward (torch/autograd/__init__.py:251)");
 }
 
 TEST_CASE("a stack line fits its width and says how many frames it left out") {

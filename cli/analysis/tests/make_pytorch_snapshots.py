@@ -198,6 +198,69 @@ def memtrace_side_of_training_step():
     return {'segments': segs, 'device_traces': [d0, d1], 'allocator_settings': st, 'external_annotations': []}
 
 
+# A stack as PyTorch records it with context='all': its own unwinder first, the caching allocator,
+# the op dispatcher, the op, the Python binding, the interpreter with the Python frames merged in,
+# the start of the process. Only the op, the Python frames and the user's own native code tell two
+# such stacks apart.
+CPP_ALLOC = [fr('torch::unwind::unwind()', '??', 0),
+             fr('torch::CapturedTraceback::gather(bool, bool, bool)', '/pytorch/torch/csrc/profiler/combined_traceback.cpp', 0),
+             fr('c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::gather_with_cpp()', '??', 0),
+             fr('c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, '
+                'CUstream_st*)', '/pytorch/c10/cuda/CUDACachingAllocator.cpp', 0),
+             fr('c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)', '??', 0),
+             fr('at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>, c10::Allocator*, '
+                'c10::DispatchKeySet, c10::ScalarType, std::optional<c10::MemoryFormat>)', '??', 0),
+             fr('at::detail::empty_cuda(c10::ArrayRef<long>, c10::ScalarType, std::optional<c10::Device>, '
+                'std::optional<c10::MemoryFormat>)', '??', 0),
+             fr('at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA_mm(at::Tensor const&, at::Tensor const&)',
+                '??', 0),
+             fr('c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<...>>::call(...)',
+                '??', 0),
+             fr('at::_ops::mm::call(at::Tensor const&, at::Tensor const&)', '??', 0)]
+CPP_GLUE = [fr('torch::autograd::THPVariable_matmul(_object*, _object*, _object*)', '??', 0),
+            fr('cfunction_call', '/usr/local/src/conda/python-3.12.7/Objects/methodobject.c', 537),
+            fr('_PyObject_MakeTpCall', '??', 0),
+            fr('_PyEval_EvalFrameDefault', '??', 0)]
+CPP_START = [fr('PyEval_EvalCode', '??', 0), fr('run_eval_code_obj', '??', 0), fr('run_mod', '??', 0),
+             fr('_PyRun_SimpleFileObject', '??', 0), fr('Py_RunMain', '??', 0), fr('Py_BytesMain', '??', 0),
+             fr('__libc_start_call_main', '../sysdeps/nptl/libc_start_call_main.h', 58),
+             fr('__libc_start_main', '../csu/libc-start.c', 360), fr('_start', '??', 0)]
+SITE = '/opt/conda/lib/python3.12/site-packages/'
+
+
+def cpp_stack(op, *python):
+    return stack(*CPP_ALLOC, op, *CPP_GLUE, *python, *CPP_START)
+
+
+def oom_training_step():
+    """A step that runs out of memory: two stacks that differ only in the Python frames, one in the
+    op, and an oom entry whose request was larger than the biggest free piece but smaller than the
+    free space in the segment: fragmentation."""
+    mm = fr('at::native::mm(at::Tensor const&, at::Tensor const&)', '??', 0)
+    lin = fr('at::native::linear(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)', '??', 0)
+    fwd = fr('forward', SITE + 'torch/nn/modules/linear.py', 125)
+    call = fr('_call_impl', SITE + 'torch/nn/modules/module.py', 1762)
+    s_q = cpp_stack(lin, fwd, call, fr('forward', '/home/me/model.py', 30), fr('step', '/home/me/train.py', 60),
+                    fr('<module>', '/home/me/train.py', 90))
+    s_k = cpp_stack(lin, fwd, call, fr('forward', '/home/me/model.py', 31), fr('step', '/home/me/train.py', 60),
+                    fr('<module>', '/home/me/train.py', 90))
+    s_att = cpp_stack(mm, fr('attention', '/home/me/model.py', 17), fr('forward', '/home/me/model.py', 44),
+                      fr('step', '/home/me/train.py', 60), fr('<module>', '/home/me/train.py', 90))
+    E = 0x7f4000000000
+    d0 = [ev('segment_alloc', E, 64 * MiB, 0, s_q),
+          ev('alloc', E, 16 * MiB, 10, s_q),
+          ev('alloc', E + 16 * MiB, 16 * MiB, 20, s_k),
+          ev('alloc', E + 32 * MiB, 16 * MiB, 30, s_att),
+          *free(E + 16 * MiB, 16 * MiB, 40, s_k),
+          {'action': 'oom', 'size': 24 * MiB, 'stream': 0, 'time_us': T0 + 50, 'device_free': 10 * MiB,
+           'compile_context': '', 'user_metadata': '', 'frames': s_att}]
+    segs = [segment(0, E, [block(16 * MiB, 16 * MiB, 'active_allocated', s_q),
+                           block(16 * MiB, 0, 'inactive', S_NONE),
+                           block(16 * MiB, 16 * MiB, 'active_allocated', s_att),
+                           block(16 * MiB, 0, 'inactive', S_NONE)], frames=s_q)]
+    return {'segments': segs, 'device_traces': [d0], 'allocator_settings': settings(), 'external_annotations': []}
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data')
     os.makedirs(os.path.join(out, 'ranks'), exist_ok=True)
@@ -212,6 +275,7 @@ def main():
     dump('torch_step_p5.pickle', step, 5)
     dump('torch_later_p5.pickle', later_training_step(), 5)
     dump('memtrace_step.pickle', memtrace_side_of_training_step(), 4)
+    dump('torch_oom_p4.pickle', oom_training_step(), 4)
     for rank, extra in enumerate([0, 2, -1, 60, 1]):  # rank 3 holds 60 MiB more activations
         dump(os.path.join('ranks', f'snapshot_rank{rank}.pickle'), rank_snapshot(rank, extra), 5)
 

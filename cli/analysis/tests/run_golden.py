@@ -36,6 +36,15 @@ CASES = {
     'summary_torch_p4': (['summary', 'torch_step.pickle'], {'torch_step.pickle': 'torch_step_p4.pickle'}),
     'summary_torch_p5': (['summary', 'torch_step.pickle'], STEP),
     'summary_torch_json': (['summary', '--json', 'torch_step.pickle'], STEP),
+    # PyTorch's C++ stacks folded to the frames that tell them apart; a recorded out-of-memory
+    'summary_torch_oom': (['summary', 'torch_oom_p4.pickle'], {}),
+    'summary_torch_oom_json': (['summary', '--json', 'torch_oom_p4.pickle'], {}),
+    'summary_torch_oom_all_frames': (['summary', '--frames', 'all', 'torch_oom_p4.pickle'], {}),
+    'peak_torch_oom': (['peak', 'torch_oom_p4.pickle'], {}),
+    'leaks_torch_oom': (['leaks', 'torch_oom_p4.pickle'], {}),
+    'flamegraph_torch_oom': (['flamegraph', 'torch_oom_p4.pickle'], {}),
+    'error_device_not_in_file': (['summary', '--device', '7', 'torch_oom_p4.pickle'], {}),
+    'error_bad_frames': (['peak', '--frames', 'some', 'torch_oom_p4.pickle'], {}),
     # peak
     'peak_torch': (['peak', 'torch_step.pickle'], STEP),
     'peak_torch_json': (['peak', '--json', 'torch_step.pickle'], STEP),
@@ -120,8 +129,11 @@ def run_case(name, memtrace, checker):
     work = tempfile.mkdtemp(prefix='memtrace-golden-')
     try:
         prepare(work, links)
+        # Reports fit their lines to $COLUMNS when stdout is not a terminal: the goldens are at the
+        # fixed default width whatever the shell running them exports.
+        env = {k: v for k, v in os.environ.items() if k != 'COLUMNS'}
         p = subprocess.run([memtrace] + argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           errors='replace', timeout=60)
+                           errors='replace', timeout=60, env=env)
         text = f'$ memtrace {" ".join(argv)}\nexit {p.returncode}\n--- stdout\n{p.stdout}--- stderr\n{p.stderr}'
         problems = []
         if name in SHOW_FILE:

@@ -58,7 +58,7 @@ TEST_CASE("symbolizer: static function of a program without -rdynamic", "[symbol
   REQUIRE(f.size() == 1);
   INFO(f[0].function);
   CHECK(f[0].function == "exe_static_capture(unsigned long*, int)");
-  CHECK(base_name(f[0].file) == "test_symbolizer.cpp");
+  CHECK(base_name(f[0].file) == "symbolizer_test.cpp");
   CHECK(f[0].line == g_exe_line);
   CHECK(sym.module_of(pcs[1]) == unwind_test::exe_path());
   // Cached: the same vector again.
