@@ -21,7 +21,8 @@ void describe_allocator_settings(const caching::AllocConf& c, bool expandable_in
   for (int i = 0; i < 16; ++i) divisions.emplace_back(std::to_string(1 << i), c.roundup_power2_divisions[i]);
   out->pytorch = {
       {"PYTORCH_CUDA_ALLOC_CONF", c.source},
-      {"max_split_size", c.max_split_size == caching::kNoMaxSplit ? int64_t{-1} : static_cast<int64_t>(c.max_split_size)},
+      {"max_split_size",
+       c.max_split_size == caching::kNoMaxSplit ? int64_t{-1} : static_cast<int64_t>(c.max_split_size)},
       {"garbage_collection_threshold", c.garbage_collection_threshold},
       {"expandable_segments", expandable_in_use},
       {"release_lock_on_cudamalloc", c.release_lock_on_cudamalloc},

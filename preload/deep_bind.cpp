@@ -16,9 +16,12 @@
 // (lazy binding: looked at again at every trigger until resolved), not yet relocated (an object
 // another thread is loading), or bound to some other copy of the function.
 //
-// Skipped: memtrace itself, the vdso, the dynamic linker, objects outside the base namespace
-// (dlmopen: their driver is another copy, which memtrace's hooks would not reach; see README),
-// and every object that defines one of the hooked names itself (the driver, NCCL, interposers).
+// Each object's symbol and relocation tables are read in place (loaded_elf.cpp).
+//
+// Skipped: memtrace itself (unwind/own_code.hpp), the vdso, the dynamic linker, objects outside
+// the base namespace (dlmopen: their driver is another copy, which memtrace's hooks would not
+// reach; see README), and every object that defines one of the hooked names itself (the driver,
+// NCCL, interposers).
 //
 // Limits: what a bypassing library does between its dlopen (or, lazily bound, its first call of
 // a name) and the next trigger is not seen: those allocations are missing from snapshots, their

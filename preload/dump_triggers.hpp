@@ -13,7 +13,6 @@ namespace memtrace::preload {
 // At session start: installs the signal handler (chaining to the program's) and, when a
 // signal or an interval is configured, starts the dump thread.
 void start_dump_triggers(const Config& c);
-// Async-signal-safe. Starts the dump thread if needed (not from a signal handler).
 // An out-of-memory was recorded: dumps now, in the calling thread, at most a few times per run.
 void note_oom_for_dump();
 // Warns once if the program took the dump signal over (its own handler) or blocks it everywhere.
