@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "format/stack_line.hpp"
 #include "format/units.hpp"
 
 namespace memtrace::output {
@@ -20,27 +21,18 @@ void put_line(std::string& out, fmt::format_string<A...> f, A&&... a) {
   out.push_back('\n');
 }
 
-// A call site in one line: the API call (cudaMalloc, cuMemCreate, ncclMemAlloc...) is where the
-// memory was taken, not why; the first frames after it are what a reader wants.
-std::string describe_site(const std::vector<FrameRef>& frames) {
-  auto is_api = [](std::string_view n) {
-    return (n.size() > 2 && n[0] == 'c' && n[1] == 'u' && (n[2] == 'd' || (n[2] >= 'A' && n[2] <= 'Z'))) ||
-           n.substr(0, 4) == "nccl" || n.substr(0, 5) == "pnccl";
-  };
-  size_t i = 0;
-  while (i + 1 < frames.size() && is_api(frames[i].name)) ++i;
-  std::string text;
-  for (size_t shown = 0; i < frames.size() && shown < 3; ++i, ++shown) {
-    if (shown) text += " < ";
-    const FrameRef& f = frames[i];
-    std::string_view file = f.filename;
-    if (size_t slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
-    if (f.line > 0)
-      text += fmt::format("{} ({}:{})", f.name, file, f.line);
-    else
-      text += fmt::format("{} ({})", f.name, file);
-  }
-  return text.empty() ? std::string("(no frames)") : text;
+// A call site in one line, by the frames that tell call sites apart (docs/reports.md, "Readable
+// stacks"): memtrace's own frames, the runtime and driver entry points, binding glue, the
+// interpreter and the process start are folded away, the rest cut to the width of the terminal
+// the summary goes to.
+std::string describe_site(const std::vector<FrameRef>& frames, size_t width) {
+  std::vector<format::FrameKind> kinds;
+  kinds.reserve(frames.size());
+  for (const FrameRef& f : frames) kinds.push_back(format::classify_frame(f.name, f.filename));
+  std::vector<std::string> labels;
+  for (size_t i : format::shown_frames(kinds))
+    labels.push_back(format::short_frame_label({frames[i].name, frames[i].filename, frames[i].line}));
+  return labels.empty() ? std::string("(no frames)") : format::fit_stack_line(labels, width);
 }
 
 // Device and host totals, and the VMM physical memory still alive.
@@ -188,7 +180,11 @@ void put_call_sites(std::string& out, const StateCopy& s, FrameSource& owners, c
   for (const Site& site : top) {
     frames.clear();
     owners.frames(site.stack_id, &frames);
-    put_line(out, "    {:>10}  {:>5}x  {}", human_bytes(site.bytes), site.count, describe_site(frames));
+    // "    <10>  <5>x  ": what the row holds before its call site.
+    constexpr size_t kLead = 4 + 10 + 2 + 5 + 3;
+    const size_t width = format::report_width(2);
+    put_line(out, "    {:>10}  {:>5}x  {}", human_bytes(site.bytes), site.count,
+             describe_site(frames, width > kLead + 20 ? width - kLead : 20));
   }
 }
 
