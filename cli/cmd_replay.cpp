@@ -1,5 +1,6 @@
 // memtrace replay: the options and the output of the replay (the computation, and what is replayed,
 // is in cli/analysis/replay_plan.hpp and cli/analysis/replay.hpp).
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include "cli/analysis/command_line.hpp"
 #include "cli/analysis/human_size.hpp"
 #include "cli/analysis/json_writer.hpp"
+#include "cli/analysis/oom.hpp"
 #include "cli/analysis/replay.hpp"
 #include "cli/analysis/replay_plan.hpp"
 #include "cli/commands.hpp"
@@ -41,6 +43,8 @@ constexpr const char* kHelp =
     "                       memtrace_policy:pytorch|remap); repeat to compare several; \"\" is\n"
     "                       PyTorch's defaults. Without it: the settings the snapshot recorded,\n"
     "                       expandable_segments:True and memtrace_policy:remap.\n"
+    "  --capacity recorded  the device memory the recording ran out of: reserved at its first\n"
+    "                       out-of-memory plus the driver's free bytes then\n"
     "  --capacity SIZE      device memory, e.g. 80GiB, 80G, 24576MiB or bytes (K, KB and KiB, and\n"
     "                       so on, are all powers of 1024); default unlimited\n"
     "  --device N           which device's history to replay (default: the device with the most\n"
@@ -61,6 +65,7 @@ struct Options {
   std::string path;
   std::vector<std::string> confs;  // --alloc-conf, in order; none: the default configurations
   std::optional<uint64_t> capacity;
+  bool capacity_recorded = false;  // --capacity recorded: from the first recorded out-of-memory
   std::optional<int> device;
   bool json = false;
   bool lenient = false;
@@ -82,6 +87,12 @@ std::optional<Options> parse_options(int argc, char** argv, int* exit_code) {
   o.device = cl->device;
   o.confs = cl->values_of("--alloc-conf");
   for (const std::string& v : cl->values_of("--capacity")) {
+    if (v == "recorded") {
+      o.capacity_recorded = true;
+      o.capacity.reset();
+      continue;
+    }
+    o.capacity_recorded = false;
     // No device has no memory, or more than 2^62 bytes.
     std::optional<uint64_t> bytes = format::parse_size(v);
     if (!bytes || *bytes < 1 || *bytes > (uint64_t{1} << 62)) {
@@ -225,11 +236,16 @@ void print_text(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
     if (plan.empty_cache_calls)
       std::printf("    empty_cache        %s given back by %llu calls\n", human_bytes(o.empty_cache_released).c_str(),
                   static_cast<unsigned long long>(plan.empty_cache_calls));
-    if (o.matches_recorded && o.conf == recorded_conf(snap))
-      std::printf("    vs. recording      %s (%zu segment allocs, %zu maps, %zu segment frees, %zu unmaps recorded)\n",
-                  *o.matches_recorded ? "same segment decisions" : "different segment decisions",
-                  plan.segment_allocs.size(), plan.segment_maps.size(), plan.segment_frees.size(),
-                  plan.segment_unmaps.size());
+    if (o.matches_recorded && o.conf == recorded_conf(snap)) {
+      if (*o.matches_recorded)
+        std::printf("    vs. recording      same segment decisions (%zu segment allocs, %zu maps, %zu segment frees, "
+                    "%zu unmaps recorded)\n",
+                    plan.segment_allocs.size(), plan.segment_maps.size(), plan.segment_frees.size(),
+                    plan.segment_unmaps.size());
+      else
+        std::printf("    vs. recording      different segment decisions: %s\n",
+                    analysis::replay::segment_difference(o, plan).c_str());
+    }
     if (!o.first_oom) {
       std::printf("    out of memory      no%s\n", opt.capacity ? "" : " (capacity unlimited)");
     } else {
@@ -275,6 +291,18 @@ int cmd_replay(int argc, char** argv) {
     configs = analysis::replay::default_configurations(snap, plan);
   }
 
+  if (opt->capacity_recorded) {
+    // What the device held when the recording ran out: reserved then plus what the driver said
+    // was still free (docs/reports.md, "Out of memory").
+    std::vector<analysis::OomReport> ooms = analysis::find_ooms(snap, device);
+    auto it = std::find_if(ooms.begin(), ooms.end(), [](const analysis::OomReport& r) { return r.device_free; });
+    if (it == ooms.end()) {
+      std::fprintf(stderr, "memtrace replay: --capacity recorded: %s records no out-of-memory with device_free on device %d\n",
+                   opt->path.c_str(), device);
+      return kExitUsage;
+    }
+    opt->capacity = it->reserved + *it->device_free;
+  }
   const uint64_t capacity = opt->capacity.value_or(analysis::replay::kUnlimited);
   std::vector<Outcome> outcomes;
   for (const Configuration& config : configs) {

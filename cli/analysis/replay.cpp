@@ -1,5 +1,7 @@
 #include "cli/analysis/replay.hpp"
 
+#include "format/units.hpp"
+
 #include <algorithm>
 #include <iterator>
 #include <map>
@@ -202,6 +204,30 @@ Outcome run(const Plan& plan, const Configuration& config, uint64_t capacity) {
     o.matches_recorded = same;
   }
   return o;
+}
+
+std::string segment_difference(const Outcome& o, const Plan& plan) {
+  std::string out;
+  auto count = [&](const char* what, size_t replayed, size_t recorded) {
+    if (replayed == recorded) return;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(replayed) + " " + what + " replayed, " + std::to_string(recorded) + " recorded";
+  };
+  count("segment allocs", o.segment_allocs.size(), plan.segment_allocs.size());
+  count("maps", o.segment_maps.size(), plan.segment_maps.size());
+  count("segment frees", o.segment_frees.size(), plan.segment_frees.size());
+  count("unmaps", o.segment_unmaps.size(), plan.segment_unmaps.size());
+  const size_t n = std::min(o.segment_allocs.size(), plan.segment_allocs.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (o.segment_allocs[i] == plan.segment_allocs[i].second) continue;
+    if (!out.empty()) out += "; ";
+    out += "segment alloc #" + std::to_string(i + 1) + " is " + format::human_bytes(o.segment_allocs[i]) +
+           ", recorded " + format::human_bytes(plan.segment_allocs[i].second);
+    return out;
+  }
+  if (out.empty() && o.segment_maps != plan.segment_maps) out = "maps of other sizes or order";
+  if (out.empty() && !(o.matches_recorded.value_or(true))) out = "segments released in other sets";
+  return out;
 }
 
 // The PYTORCH_CUDA_ALLOC_CONF the snapshot says it was recorded with ("" when it does not say).

@@ -59,6 +59,10 @@ Outcome run(const Plan& plan, const Configuration& config, uint64_t capacity);
 // The PYTORCH_CUDA_ALLOC_CONF the snapshot says it was recorded with ("" when it does not say).
 std::string recorded_conf(const reader::Snapshot& snap);
 
+// What differs between the replayed and the recorded segment decisions, in one line: the counts
+// that differ, then the first segment allocation of a different size. "" when they are the same.
+std::string segment_difference(const Outcome& o, const Plan& plan);
+
 // A configuration given on the command line; "" is labelled as PyTorch's defaults.
 Configuration given_configuration(const std::string& conf);
 

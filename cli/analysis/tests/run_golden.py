@@ -43,6 +43,8 @@ CASES = {
     'peak_torch_oom': (['peak', 'torch_oom_p4.pickle'], {}),
     'leaks_torch_oom': (['leaks', 'torch_oom_p4.pickle'], {}),
     'flamegraph_torch_oom': (['flamegraph', 'torch_oom_p4.pickle'], {}),
+    'replay_capacity_recorded': (['replay', '--capacity', 'recorded', 'torch_oom_p4.pickle'], {}),
+    'error_capacity_recorded_without_oom': (['replay', '--capacity', 'recorded', 'torch_step.pickle'], STEP),
     'error_device_not_in_file': (['summary', '--device', '7', 'torch_oom_p4.pickle'], {}),
     'error_bad_frames': (['peak', '--frames', 'some', 'torch_oom_p4.pickle'], {}),
     # peak
