@@ -1,9 +1,11 @@
 /* Snapshots on demand while 8 threads keep allocating: the program sends itself the dump signal
  * (MEMTRACE_SIGNAL, default USR2) mid-run, or just runs long enough for MEMTRACE_INTERVAL dumps.
  * Every snapshot must be a consistent cut. argv[1]: "signal" or "interval". */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "mt_case.h"
@@ -38,6 +40,32 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
+/* On-demand snapshots written so far: "<stem>-<n>.pickle" files beside MEMTRACE_OUTPUT's path
+ * (an exit snapshot has one '-' fewer). */
+static int on_demand_snapshots(void) {
+  const char* out = getenv("MEMTRACE_OUTPUT");
+  char dir[4096] = ".";
+  if (out && strrchr(out, '/')) {
+    size_t n = (size_t)(strrchr(out, '/') - out);
+    if (n < sizeof(dir)) {
+      memcpy(dir, out, n);
+      dir[n] = '\0';
+    }
+  }
+  DIR* d = opendir(dir);
+  if (!d) return 0;
+  int count = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    int dashes = 0;
+    for (size_t i = 0; i < len; ++i) dashes += e->d_name[i] == '-';
+    if (len > 7 && strcmp(e->d_name + len - 7, ".pickle") == 0 && dashes >= 2) ++count;
+  }
+  closedir(d);
+  return count;
+}
+
 int main(int argc, char** argv) {
   mt_init();
   CUdevice dev = mt_setup(0);
@@ -50,6 +78,10 @@ int main(int argc, char** argv) {
     sleep_ms(150);
     kill(getpid(), SIGUSR2);
     sleep_ms(400);
+  } else if (argc > 3 && strcmp(argv[2], "until") == 0) {
+    /* "interval until <n>": run until n interval snapshots are written (at most 120 s), so a
+     * loaded machine that writes them slowly still sees them. */
+    for (int waited = 0; on_demand_snapshots() < atoi(argv[3]) && waited < 120000; waited += 20) sleep_ms(20);
   } else {
     sleep_ms(argc > 2 ? atol(argv[2]) : 700);  /* "interval <ms>": run longer */
   }
