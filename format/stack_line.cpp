@@ -161,6 +161,8 @@ std::string_view without_parameters(std::string_view name) {
   return name;
 }
 
+namespace {
+
 // A Python file reads as its module path: "torch/autograd/__init__.py" says what "__init__.py"
 // does not. Inside an installation that is the part after site-packages/ (or the standard
 // library's python3.X/); a relative path is already one; anything else is cut to its base name.
@@ -175,23 +177,31 @@ std::string_view python_file(std::string_view file) {
   return base_name(file);
 }
 
-std::string short_frame_label(const FrameText& f) {
-  std::string out{without_parameters(f.name)};
+std::string label(std::string_view name, std::string_view file, int64_t line) {
+  std::string out{name};
   if (out.empty()) out = "??";
-  const bool python = ends_with(f.file, ".py") || ends_with(f.file, ".pyw");
-  std::string_view file = python ? python_file(f.file) : base_name(f.file);
-  if (file == "??") file = {};  // PyTorch's spelling of "no file"
   if (!file.empty()) {
     out += " (";
     out += file;
-    if (f.line != 0) {
+    if (line != 0) {
       out += ':';
-      out += std::to_string(f.line);
+      out += std::to_string(line);
     }
     out += ')';
   }
   return out;
 }
+
+}  // namespace
+
+std::string short_frame_label(const FrameText& f) {
+  const bool python = ends_with(f.file, ".py") || ends_with(f.file, ".pyw");
+  std::string_view file = python ? python_file(f.file) : base_name(f.file);
+  if (file == "??") file = {};  // PyTorch's spelling of "no file"
+  return label(without_parameters(f.name), file, f.line);
+}
+
+std::string frame_label(const FrameText& f) { return label(f.name, f.file, f.line); }
 
 namespace {
 

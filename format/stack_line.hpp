@@ -47,6 +47,9 @@ std::vector<size_t> shown_frames(const std::vector<FrameKind>& kinds);
 // Python file to its module path: torch/nn/modules/module.py):
 // `at::native::add_out(at::Tensor const&, ...)` reads `at::native::add_out`.
 std::string short_frame_label(const FrameText& f);
+// "name (file:line)", "name (file)" when line is 0, "name" without a file, "??" without a name:
+// the frame in full, as --frames all and JSON show it.
+std::string frame_label(const FrameText& f);
 
 // Drops a demangled C++ name's trailing parameter list (and cv/ref qualifiers after it).
 std::string_view without_parameters(std::string_view name);

@@ -38,7 +38,7 @@ struct SnapshotMeta {
 };
 
 // Which allocator served the program and how it was set, for allocator_settings. The owner of the
-// settings describes them (preload/caching_mode.cpp); this side only writes them.
+// settings describes them (preload/allocator_settings.cpp); this side only writes them.
 struct AllocatorSettings {
   std::string mode{format::kAllocatorPassthrough};  // allocator_settings['memtrace']['allocator']
   // PyTorch's top-level keys: each replaces the default of the same key (PyTorch's defaults are

@@ -1,26 +1,17 @@
 #include "cli/analysis/stack_text.hpp"
 
+#include "format/stack_line.hpp"
+
 namespace memtrace::analysis {
 
 std::string frame_text(const reader::Snapshot& s, reader::FrameId f) {
   const reader::Frame& fr = s.frames[f];
-  std::string out{s.str(fr.name)};
-  if (out.empty()) out = "??";
-  std::string_view file = s.str(fr.filename);
-  if (!file.empty()) {
-    out += " (";
-    out += file;
-    if (fr.line != 0) {
-      out += ':';
-      out += std::to_string(fr.line);
-    }
-    out += ')';
-  }
-  return out;
+  return format::frame_label({s.str(fr.name), s.str(fr.filename), fr.line});
 }
 
-std::string stack_text(const reader::Snapshot& s, reader::StackId id) {
-  const auto& frames = s.stacks[id];
+std::string stack_text(const reader::Snapshot& s, reader::StackId id) { return frames_text(s, s.stacks[id]); }
+
+std::string frames_text(const reader::Snapshot& s, const std::vector<reader::FrameId>& frames) {
   if (frames.empty()) return "[no stack]";
   std::string out;
   for (size_t i = 0; i < frames.size(); ++i) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/reader/snapshot.hpp"
 
@@ -12,6 +13,8 @@ namespace memtrace::analysis {
 std::string frame_text(const reader::Snapshot& s, reader::FrameId f);
 // Innermost first, " < " between frames (the allocation site reads first); "[no stack]" when empty.
 std::string stack_text(const reader::Snapshot& s, reader::StackId id);
+// The same for a list of frames (a stack's shown frames).
+std::string frames_text(const reader::Snapshot& s, const std::vector<reader::FrameId>& frames);
 // Outermost first, ';' between frames (flamegraph.pl's folded format); ';' and newlines inside a
 // frame are replaced so a frame stays one field. Empty stacks become "[no stack]".
 std::string folded_stack(const reader::Snapshot& s, reader::StackId id);

@@ -27,14 +27,7 @@ std::vector<reader::FrameId> StackView::shown(reader::StackId id) {
 
 std::string StackView::key(reader::StackId id) {
   if (mode_ == FrameMode::kAll) return stack_text(s_, id);
-  std::vector<reader::FrameId> frames = shown(id);
-  if (frames.empty()) return "[no stack]";
-  std::string out;
-  for (size_t i = 0; i < frames.size(); ++i) {
-    if (i) out += " < ";
-    out += frame_text(s_, frames[i]);
-  }
-  return out;
+  return frames_text(s_, shown(id));
 }
 
 std::string StackView::line(reader::StackId id, size_t width) {
