@@ -31,7 +31,21 @@ int Snapshot::device_count() const {
 
 namespace {
 
+// Files people hand memtrace by mistake, named for what they are rather than as a bad opcode.
+std::string what_else(std::string_view bytes) {
+  if (bytes.substr(0, 2) == "\x1f\x8b") return "a gzip file, not a pickle (gunzip it first)";
+  if (bytes.substr(0, 40).find("version https://git-lfs.github.com/spec/") == 0)
+    return "a Git LFS pointer, not the snapshot (fetch it with 'git lfs pull')";
+  if (bytes.substr(0, 4) == "PK\x03\x04") return "a zip archive, not a pickle (unzip it first)";
+  return {};
+}
+
 LoadResult decode_guarded(std::string_view bytes, const std::string& name_for_errors, bool drop_consumed) {
+  if (std::string other = what_else(bytes); !other.empty()) {
+    LoadResult r;
+    r.error = LoadError{name_for_errors + ": " + other};
+    return r;
+  }
   try {
     return decode_snapshot(bytes, name_for_errors, drop_consumed);
   } catch (const std::bad_alloc&) {

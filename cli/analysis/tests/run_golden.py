@@ -15,6 +15,7 @@ import difflib
 import os
 import pickle
 import shutil
+import gzip
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,8 @@ CASES = {
     'flamegraph_torch_oom': (['flamegraph', 'torch_oom_p4.pickle'], {}),
     'replay_capacity_recorded': (['replay', '--capacity', 'recorded', 'torch_oom_p4.pickle'], {}),
     'error_capacity_recorded_without_oom': (['replay', '--capacity', 'recorded', 'torch_step.pickle'], STEP),
+    'error_gzip_file': (['summary', 'snap.pickle.gz'], {}),
+    'error_lfs_pointer': (['summary', 'lfs.pickle'], {}),
     'error_device_not_in_file': (['summary', '--device', '7', 'torch_oom_p4.pickle'], {}),
     'error_bad_frames': (['peak', '--frames', 'some', 'torch_oom_p4.pickle'], {}),
     # peak
@@ -111,6 +114,11 @@ def prepare(work, links):
         data = f.read()
     with open(os.path.join(work, 'truncated.pickle'), 'wb') as f:
         f.write(data[:len(data) // 2])
+    # What people hand memtrace by mistake: a compressed snapshot, a Git LFS pointer.
+    with open(os.path.join(work, 'snap.pickle.gz'), 'wb') as f:
+        f.write(gzip.compress(data, mtime=0))
+    with open(os.path.join(work, 'lfs.pickle'), 'w') as f:
+        f.write('version https://git-lfs.github.com/spec/v1\noid sha256:' + '0' * 64 + '\nsize 123456\n')
     os.mkdir(os.path.join(work, 'empty'))
     # Files that load but that no allocator can produce: a block larger than its segment and a
     # segment written twice; a negative segment size.
