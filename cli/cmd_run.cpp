@@ -209,6 +209,8 @@ int cmd_run(int argc, char** argv) {
       return kExitCannotRun;
   }
   if (o.output && !set_env("MEMTRACE_OUTPUT", o.output)) return kExitCannotRun;
+  // The program keeps this process's pid (exec): its memtrace knows it is the one `run` started.
+  if (!set_env("MEMTRACE_RUN_PID", std::to_string(::getpid()))) return kExitCannotRun;
   if (o.no_summary && !set_env("MEMTRACE_SUMMARY", "0")) return kExitCannotRun;
   if (o.stacks && !set_env("MEMTRACE_STACKS", o.stacks)) return kExitCannotRun;
 

@@ -1,12 +1,15 @@
 #include "preload/exit_dump.hpp"
 
 #include <dlfcn.h>
+#include <sys/auxv.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include <atomic>
 #include <cstdint>
 #include <string_view>
 
+#include "core/log.hpp"
 #include "preload/dumps.hpp"
 #include "preload/session.hpp"
 #include "unwind/owner.hpp"
@@ -22,9 +25,27 @@ std::atomic<bool> g_exiting{false};
 // that call have yet to run, and they may free memory. The snapshot waits (before_exit_teardown).
 void on_exit_begins() { g_exiting.store(true, std::memory_order_release); }
 
+// The program `memtrace run` started (it execs the program in its own process, and says which
+// pid in MEMTRACE_RUN_PID), so that a user who sees nothing can tell memtrace was there. Its
+// children and a plain LD_PRELOAD stay silent: a shell's every helper would print a line.
+bool started_by_memtrace_run() {
+  if (getauxval(AT_SECURE)) return false;  // that environment belongs to the caller
+  const char* v = getenv("MEMTRACE_RUN_PID");
+  const char* quiet = getenv("MEMTRACE_SUMMARY");
+  if (!v || (quiet && std::string_view(quiet) == "0")) return false;
+  char* end = nullptr;
+  long pid = strtol(v, &end, 10);
+  return end != v && *end == '\0' && pid == static_cast<long>(getpid());
+}
+
 // Runs from _dl_fini, after every atexit handler and static destructor of the program.
 __attribute__((destructor)) void exit_dump_from_fini() {
-  if (session_ready()) dump_now(output::DumpKind::Exit);
+  if (session_ready()) {
+    dump_now(output::DumpKind::Exit);
+  } else if (session_untouched() && started_by_memtrace_run()) {
+    static constexpr char kLine[] = "memtrace: no CUDA memory call seen: nothing recorded, no snapshot written";
+    log::write_line(kLine, sizeof(kLine) - 1);
+  }
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ Session* session_if_active() {
 }
 
 bool session_ready() { return g_state.load(std::memory_order_acquire) == kReady; }
+bool session_untouched() { return g_state.load(std::memory_order_acquire) == kUninitialised; }
 
 const caching::AllocConf& allocator_conf() {
   if (g_session) return g_session->alloc_conf;

@@ -25,6 +25,8 @@ struct Session {
 Session* session_if_active();
 // Whether the session is recording now; never starts it.
 bool session_ready();
+// Whether no hooked call has happened yet (the session was never asked for).
+bool session_untouched();
 
 // The caching allocator's settings: the session's. A process that does not record (MEMTRACE_RANKS
 // leaves it out, secure execution) still serves memtrace_malloc: its settings are parsed from the

@@ -1883,6 +1883,25 @@ def case_cli_usage(ctx):
               f"memtrace {' '.join(args)}: not one line and a hint\n{r.describe()}")
 
 
+@case
+def case_run_without_cuda(ctx):
+    """A program that makes no CUDA call says so in one line at exit (issue 14), only for the process
+    `memtrace run` started, and not with --no-summary."""
+    ctx.need_preload()
+    ctx.need_sim()
+    r = run_cli(ctx, ["run", "--sim", "--", "/bin/true"])
+    check(r.rc == 0, f"exit status {r.rc}\n{r.describe()}")
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    check(len(lines) == 1 and "no CUDA memory call seen" in lines[0] and "no snapshot written" in lines[0],
+          f"expected one line saying nothing was recorded\n{r.describe()}")
+    r = run_cli(ctx, ["run", "--sim", "--", "/bin/sh", "-c", "/bin/true; /bin/true"])
+    # The shell's children stay silent (their pid is not the one `run` started); the shell itself may
+    # leave by _exit and say nothing.
+    check(r.stderr.count("no CUDA memory call seen") <= 1, f"the shell's children spoke too\n{r.describe()}")
+    r = run_cli(ctx, ["run", "--sim", "--no-summary", "--", "/bin/true"])
+    check(not r.stderr.strip(), f"--no-summary still printed\n{r.describe()}")
+
+
 ENV_DUMP = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
             "('LD_PRELOAD', 'LD_LIBRARY_PATH', 'MEMTRACE_OUTPUT', 'MEMTRACE_SUMMARY', 'MEMTRACE_STACKS', "
             "'MEMTRACE_DEBUG')}))")
