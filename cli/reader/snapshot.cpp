@@ -220,7 +220,8 @@ LoadResult load_snapshot(const std::string& path, const LoadOptions& options) {
   uint64_t* bytes_read = options.stream_bytes_read ? options.stream_bytes_read : &ignored;
   *bytes_read = 0;
   // O_NONBLOCK: opening a FIFO must not wait for a writer (load_stream does, for a bounded time).
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // "-" is standard input, as in other tools: `zcat snap.pickle.gz | memtrace summary -`.
+  int fd = path == "-" ? ::fcntl(0, F_DUPFD_CLOEXEC, 0) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {

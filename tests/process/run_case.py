@@ -1854,8 +1854,8 @@ def case_real_runtime(ctx):
 
 # the command-line tool -----------------------------------------------------------------------
 
-def run_cli(ctx, args, env=None, timeout=20):
-    return ctx.run([ctx.cli] + args, preload=False, env=env, lib_path="", timeout=timeout)
+def run_cli(ctx, args, env=None, timeout=20, stdin=None):
+    return ctx.run([ctx.cli] + args, preload=False, env=env, lib_path="", timeout=timeout, stdin=stdin)
 
 
 @case
@@ -1900,6 +1900,18 @@ def case_run_without_cuda(ctx):
     check(r.stderr.count("no CUDA memory call seen") <= 1, f"the shell's children spoke too\n{r.describe()}")
     r = run_cli(ctx, ["run", "--sim", "--no-summary", "--", "/bin/true"])
     check(not r.stderr.strip(), f"--no-summary still printed\n{r.describe()}")
+
+
+@case
+def case_cli_stdin(ctx):
+    """'-' reads a snapshot from standard input (a pipe), as other tools do (issue 14)."""
+    ctx.need_cli()
+    data = os.path.join(ctx.source, "cli", "analysis", "tests", "data", "torch_oom_p4.pickle")
+    r = ctx.run(["/bin/sh", "-c", f"cat '{data}' | '{ctx.cli}' summary -"], preload=False, lib_path="")
+    check(r.rc == 0 and "PyTorch snapshot" in r.stdout and "out of memory" in r.stdout, f"summary -\n{r.describe()}")
+    with open(data, "rb") as f:
+        r = run_cli(ctx, ["peak", "--json", "-"], stdin=f)
+    check(r.rc == 0 and json.loads(r.stdout)["devices"], f"peak --json - < file\n{r.describe()}")
 
 
 ENV_DUMP = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
