@@ -79,7 +79,7 @@ int cmd_peak(int argc, char** argv) {
     else
       std::printf("before the first of %zu entries\n", h.entries);
     print_groups(stdout, groups, cl->top.value_or(20), true, true, &view, width);
-    print_ooms(stdout, s, find_ooms(s, d), view, width);
+    print_ooms(stdout, find_ooms(s, d), view, width);
   }
   if (cl->json) {
     j.end_array();

@@ -86,7 +86,7 @@ void print_text(const std::string& path, const reader::Snapshot& s, const std::v
       std::printf("  largest live stacks:\n");
       print_groups(stdout, stacks, kTopStacks, true, true, &view, width);
     }
-    print_ooms(stdout, s, find_ooms(s, d), view, width);
+    print_ooms(stdout, find_ooms(s, d), view, width);
   }
 }
 

@@ -83,9 +83,7 @@ std::string oom_verdict(const OomReport& r) {
          " free inside segments, the allocator needed more than the device had";
 }
 
-void print_ooms(std::FILE* out, const reader::Snapshot& s, const std::vector<OomReport>& ooms, StackView& view,
-                size_t width) {
-  (void)s;
+void print_ooms(std::FILE* out, const std::vector<OomReport>& ooms, StackView& view, size_t width) {
   for (const OomReport& r : ooms) {
     std::string when = "entry " + std::to_string(r.entry);
     if (r.time_us) when += ", " + human_time_us(r.time_us);

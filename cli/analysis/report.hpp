@@ -33,8 +33,7 @@ void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Gro
 // The recorded out-of-memory failures of one device, as text (nothing when there are none): when,
 // the request, the driver's free bytes, the state at that moment, the verdict and the stack, the
 // stack cut to `width` (docs/reports.md, "Out of memory").
-void print_ooms(std::FILE* out, const reader::Snapshot& s, const std::vector<OomReport>& ooms, StackView& view,
-                size_t width);
+void print_ooms(std::FILE* out, const std::vector<OomReport>& ooms, StackView& view, size_t width);
 // JSON array of the same, the whole stack as frame texts.
 void ooms_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<OomReport>& ooms);
 // The verdict line's text.
