@@ -38,8 +38,8 @@ def main():
         rep = json.loads(out)
         for (label, _), c in zip(CONFS, rep["configurations"]):
             calls = sum(c["driver_calls"][k] for k in ("segment_allocs", "segment_frees", "maps", "unmaps"))
-            print(f"{name:28s} {label:22s} {mib(c['peak_reserved'])}  {mib(c['peak_allocated'])}  "
-                  f"{mib(c['fragmentation_at_peak'])}  {mib(c['largest_free_at_peak'])}     {calls:8d}")
+            print(f"{name:28s} {label:22s} {mib(c['peak_reserved_bytes'])}  {mib(c['peak_allocated_bytes'])}  "
+                  f"{mib(c['fragmentation_at_peak_bytes'])}  {mib(c['largest_free_at_peak_bytes'])}     {calls:8d}")
         print(f"{'':28s} ({rep['replayed']['events']} events replayed x 3 configurations in {secs:.2f} s)")
 
 

@@ -63,11 +63,11 @@ void row_json(JsonWriter& j, const DiffRow& r, bool frames) {
   } else {
     j.field("owner", r.key);
   }
-  j.field_uint("bytes_a", r.bytes_a);
-  j.field_uint("bytes_b", r.bytes_b);
-  j.field_int("delta", r.delta());
-  j.field_uint("count_a", r.count_a);
-  j.field_uint("count_b", r.count_b);
+  j.field_uint("a_bytes", r.bytes_a);
+  j.field_uint("b_bytes", r.bytes_b);
+  j.field_int("delta_bytes", r.delta());
+  j.field_uint("a_count", r.count_a);
+  j.field_uint("b_count", r.count_b);
   j.end_object();
 }
 
@@ -115,7 +115,7 @@ int cmd_diff(int argc, char** argv) {
 
   if (cl->json) {
     JsonWriter j;
-    j.begin_object();
+    j.begin_document();
     j.field("a", cl->args[0]);
     j.field("b", cl->args[1]);
     j.field("at", at);

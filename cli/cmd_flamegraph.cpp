@@ -67,12 +67,12 @@ int cmd_flamegraph(int argc, char** argv) {
   for (const FoldedLine& l : lines) bytes += l.bytes;
   if (cl->json) {
     JsonWriter j;
-    j.begin_object();
+    j.begin_document();
     j.field("file", cl->args[0]);
     j.field("output", cl->output);
     j.field("at", cl->at == Moment::kPeak ? "peak" : "end");
     j.field_uint("stacks", lines.size());
-    j.field_uint("bytes", bytes);
+    j.field_uint("total_bytes", bytes);
     j.end_object();
     std::printf("%s\n", j.text().c_str());
   } else {

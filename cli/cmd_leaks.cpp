@@ -45,7 +45,7 @@ int cmd_leaks(int argc, char** argv) {
   const std::string& path = cl->args[0];
   JsonWriter j;
   if (cl->json) {
-    j.begin_object();
+    j.begin_document();
     j.field("file", path);
     producer_json(j, s);
     j.key("devices").begin_array();
@@ -63,7 +63,7 @@ int cmd_leaks(int argc, char** argv) {
     if (cl->json) {
       j.begin_object();
       j.field_int("device", d);
-      j.field_uint("bytes", bytes);
+      j.field_uint("live_bytes", bytes);
       j.field_uint("allocations", h.live_at_end.size());
       j.key("owners");
       groups_json(j, s, owners, 0, false);

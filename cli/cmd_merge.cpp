@@ -55,9 +55,9 @@ int cmd_merge(int argc, char** argv) {
   }
   if (cl->json) {
     JsonWriter j;
-    j.begin_object();
+    j.begin_document();
     j.field("output", cl->output);
-    j.field_uint("bytes_written", w.size());
+    j.field_uint("written_bytes", w.size());
     j.field_uint("devices", st.devices);
     j.field_uint("pytorch_segments", st.pytorch_segments);
     j.field_uint("pytorch_entries", st.pytorch_entries);

@@ -45,7 +45,7 @@ int cmd_peak(int argc, char** argv) {
   const std::string& path = cl->args[0];
   JsonWriter j;
   if (cl->json) {
-    j.begin_object();
+    j.begin_document();
     j.field("file", path);
     producer_json(j, s);
     j.key("devices").begin_array();

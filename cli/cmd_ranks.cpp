@@ -112,7 +112,7 @@ int cmd_ranks(int argc, char** argv) {
 
   if (cl->json) {
     JsonWriter j;
-    j.begin_object();
+    j.begin_document();
     j.field("dir", dir);
     j.field_uint("median_peak_allocated_bytes", static_cast<uint64_t>(std::llround(v.median)));
     j.field_uint("scaled_mad_bytes", static_cast<uint64_t>(std::llround(v.mad)));

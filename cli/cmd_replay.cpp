@@ -112,12 +112,12 @@ void sizes_field(analysis::JsonWriter& w, std::string_view key, const std::vecto
 
 void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, const std::vector<Outcome>& outcomes) {
   analysis::JsonWriter w;
-  w.begin_object();
+  w.begin_document();
   w.field("file", opt.path);
   w.field("producer", snap.producer == rd::Producer::kMemtrace ? "memtrace" : "pytorch");
   w.field_int("device", plan.device);
-  if (opt.capacity) w.field_uint("capacity", *opt.capacity);
-  else w.key("capacity").null();
+  if (opt.capacity) w.field_uint("capacity_bytes", *opt.capacity);
+  else w.key("capacity_bytes").null();
   w.key("replayed").begin_object();
   w.field_uint("entries", plan.entries);
   w.field_uint("events", plan.events());
@@ -127,7 +127,7 @@ void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
   w.field_uint("empty_cache_calls", plan.empty_cache_calls);
   w.field_uint("allocation_releases", plan.allocation_releases);
   w.field_uint("skipped", plan.skipped);
-  w.field_uint("preallocated", plan.prealloc.size());
+  w.field_uint("preallocated_segments", plan.prealloc.size());
   w.field_int("entries_dropped", plan.entries_dropped);
   w.field_bool("truncated", plan.truncated);
   w.end_object();
@@ -150,11 +150,11 @@ void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
     w.key("warnings").begin_array();
     for (const std::string& x : o.warnings) w.string(x);
     w.end_array();
-    w.field_uint("peak_reserved", s.peak_reserved);
-    w.field_uint("peak_allocated", s.peak_allocated);
-    w.field_uint("allocated_at_peak", o.allocated_at_peak);
-    w.field_uint("fragmentation_at_peak", s.peak_reserved - o.allocated_at_peak);
-    w.field_uint("largest_free_at_peak", o.largest_free_at_peak);
+    w.field_uint("peak_reserved_bytes", s.peak_reserved);
+    w.field_uint("peak_allocated_bytes", s.peak_allocated);
+    w.field_uint("allocated_at_peak_bytes", o.allocated_at_peak);
+    w.field_uint("fragmentation_at_peak_bytes", s.peak_reserved - o.allocated_at_peak);
+    w.field_uint("largest_free_at_peak_bytes", o.largest_free_at_peak);
     w.key("driver_calls").begin_object();
     w.field_uint("segment_allocs", s.backend_allocs);
     w.field_uint("segment_frees", s.backend_frees);
@@ -165,7 +165,7 @@ void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
     w.field_uint("syncs", s.backend_syncs);
     w.end_object();
     w.field_uint("alloc_retries", s.num_alloc_retries);
-    w.field_uint("empty_cache_released", o.empty_cache_released);
+    w.field_uint("empty_cache_released_bytes", o.empty_cache_released);
     sizes_field(w, "segment_alloc_sizes", o.segment_allocs);
     sizes_field(w, "segment_free_sizes", o.segment_frees);
     sizes_field(w, "segment_map_sizes", o.segment_maps);
@@ -179,7 +179,7 @@ void print_json(const Options& opt, const rd::Snapshot& snap, const Plan& plan, 
       else w.key("event_index").null();
       if (o.first_oom->alloc_ordinal >= 0) w.field_int("alloc_ordinal", o.first_oom->alloc_ordinal);
       else w.key("alloc_ordinal").null();
-      w.field_uint("size", o.first_oom->size);
+      w.field_uint("requested_bytes", o.first_oom->size);
       w.field_uint("stream", o.first_oom->stream);
       w.field_bool("recorded", o.first_oom->recorded);
       w.end_object();

@@ -92,7 +92,7 @@ void print_text(const std::string& path, const reader::Snapshot& s, const std::v
 
 void print_json(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices) {
   JsonWriter j;
-  j.begin_object();
+  j.begin_document();
   j.field("file", path);
   producer_json(j, s);
   j.key("devices").begin_array();
@@ -120,7 +120,7 @@ void print_json(const std::string& path, const reader::Snapshot& s, const std::v
     j.end_object();
     j.key("fragmentation").begin_object();
     j.field_uint("free_bytes", h.free_in_segments);
-    j.field_uint("largest_free_block", h.largest_free_block);
+    j.field_uint("largest_free_block_bytes", h.largest_free_block);
     j.end_object();
     j.key("owners");
     groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kOwner), 0, false);

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "format/pickle_opcodes.hpp"
+#include "format/utf8.hpp"
 
 namespace memtrace::format {
 
@@ -160,11 +161,5 @@ class PickleWriter {
   int depth_ = 0;
   Level levels_[kMaxDepth];
 };
-
-// UTF-8 helpers (exposed for tests and for other writers).
-// Bytes needed to write s with invalid sequences replaced; *valid is set when s needs no change.
-size_t utf8_sanitized_size(std::string_view s, bool* valid);
-// Writes the sanitized form of s into out (which has utf8_sanitized_size(s) bytes).
-void utf8_sanitize_into(std::string_view s, char* out);
 
 }  // namespace memtrace::format

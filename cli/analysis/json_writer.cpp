@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "format/utf8.hpp"
+
 namespace memtrace::analysis {
 
 void JsonWriter::before_value() {
@@ -47,49 +49,36 @@ JsonWriter& JsonWriter::key(std::string_view k) {
   return *this;
 }
 
-namespace {
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not one.
-size_t utf8_len(std::string_view s, size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  if (n == 2 && c < 0xC2) return 0;  // overlong
-  return n;
-}
-}  // namespace
-
 void JsonWriter::string(std::string_view s) {
   before_value();
   write_string(s);
 }
 
-void JsonWriter::write_string(std::string_view s) {
+void JsonWriter::write_string(std::string_view raw) {
+  // Repaired first, so a lone surrogate or a stray byte becomes U+FFFD rather than text a strict
+  // decoder rejects (Python strings from a snapshot may carry either).
+  std::string repaired;
+  bool valid;
+  format::utf8_sanitized_size(raw, &valid);
+  std::string_view s = raw;
+  if (!valid) {
+    format::utf8_sanitize_append(raw, repaired);
+    s = repaired;
+  }
   out_ += '"';
-  for (size_t i = 0; i < s.size();) {
-    auto c = static_cast<unsigned char>(s[i]);
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
     if (c == '"' || c == '\\') {
       out_ += '\\';
-      out_ += static_cast<char>(c);
-      ++i;
+      out_ += ch;
     } else if (c == '\n' || c == '\t' || c == '\r') {
       out_ += c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r";
-      ++i;
     } else if (c < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out_ += buf;
-      ++i;
-    } else if (c < 0x80) {
-      out_ += static_cast<char>(c);
-      ++i;
-    } else if (size_t n = utf8_len(s, i)) {
-      out_.append(s.substr(i, n));
-      i += n;
     } else {
-      out_ += "\\ufffd";
-      ++i;
+      out_ += ch;
     }
   }
   out_ += '"';

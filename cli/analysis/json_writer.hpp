@@ -9,8 +9,18 @@
 
 namespace memtrace::analysis {
 
+// The version of the commands' JSON documents: raised when a key is renamed or removed or its
+// meaning changes (adding a key does not raise it). Naming: byte quantities end in _bytes, times in
+// _us, counts are plain nouns (docs/reports.md, "JSON output").
+inline constexpr int kJsonSchemaVersion = 1;
+
 class JsonWriter {
  public:
+  // The top-level object of a command's output, opened with its schema_version.
+  void begin_document() {
+    begin_object();
+    field_int("schema_version", kJsonSchemaVersion);
+  }
   void begin_object();
   void end_object();
   void begin_array();

@@ -113,7 +113,7 @@ void ooms_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<OomRe
     j.field_uint("reserved_bytes", r.reserved);
     j.field_uint("allocated_bytes", r.allocated);
     j.field_uint("free_in_segments_bytes", r.free_in_segments);
-    j.field_uint("largest_free_block", r.largest_free);
+    j.field_uint("largest_free_block_bytes", r.largest_free);
     j.field_bool("fits_without_fragmentation", r.fits_without_fragmentation());
     j.key("frames").begin_array();
     for (reader::FrameId f : s.stacks[r.stack]) j.string(frame_text(s, f));

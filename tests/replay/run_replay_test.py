@@ -84,8 +84,8 @@ def compare(label, got, ref):
         problems.append("segment_unmap sizes differ: replay %s, reference %s"
                         % (got["segment_unmap_sizes"][:40], ref["segment_unmaps"][:40]))
     for key in ("peak_reserved", "peak_allocated"):
-        if got[key] != ref[key]:
-            problems.append("%s: replay %d, reference %d" % (key, got[key], ref[key]))
+        if got[key + "_bytes"] != ref[key]:
+            problems.append("%s: replay %d, reference %d" % (key, got[key + "_bytes"], ref[key]))
     if problems:
         raise Failure("%s:\n%s" % (label, "\n".join(problems)))
 
@@ -122,7 +122,7 @@ def case_match(mt, name):
     check(rep.get("empty_cache_calls") == fx["reference"]["empty_cache_calls"],
           "%s: %s empty_cache calls replayed, the workload made %d that released something"
           % (name, rep.get("empty_cache_calls"), fx["reference"]["empty_cache_calls"]))
-    check(rep["preallocated"] == 0 and rep["skipped"] == 0 and not rep["truncated"],
+    check(rep["preallocated_segments"] == 0 and rep["skipped"] == 0 and not rep["truncated"],
           "%s: complete history reported as %s" % (name, rep))
     oom = fx["reference"]["oom"]
     if oom is None:
@@ -178,8 +178,8 @@ def case_truncated(mt):
     result, _ = mt.json(path)
     rep = result["replayed"]
     check(rep["truncated"] is True, "truncated history not reported: %s" % rep)
-    check(rep["preallocated"] == len(live),
-          "pre-allocated %d blocks, %d were live at the cut" % (rep["preallocated"], len(live)))
+    check(rep["preallocated_segments"] == len(live),
+          "pre-allocated %d blocks, %d were live at the cut" % (rep["preallocated_segments"], len(live)))
     kept_allocs = sum(1 for e in trace[cut:] if e["action"] == "alloc")
     check(rep["allocs"] == kept_allocs, "replayed %d allocs, the trace keeps %d" % (rep["allocs"], kept_allocs))
     rc, out, err = mt.run(path)
@@ -207,13 +207,13 @@ def case_capacity_oom(mt):
         check(oom["alloc_ordinal"] == ref["oom"]["alloc_ordinal"],
               "%s: OOM at alloc #%d, reference at #%d" % (what, oom["alloc_ordinal"], ref["oom"]["alloc_ordinal"]))
         check(oom["event_index"] == allocs[ref["oom"]["alloc_ordinal"]], what + ": OOM event index")
-        check(oom["size"] == ref["oom"]["size"] and not oom["recorded"], what + ": OOM request")
+        check(oom["requested_bytes"] == ref["oom"]["size"] and not oom["recorded"], what + ": OOM request")
         # Failed requests are left out and the replay goes on, as the reference's workload does.
-        check(got["peak_reserved"] == ref["peak_reserved"] and got["peak_allocated"] == ref["peak_allocated"],
+        check(got["peak_reserved_bytes"] == ref["peak_reserved"] and got["peak_allocated_bytes"] == ref["peak_allocated"],
               what + ": peaks after the OOM differ from the reference's")
     result, _ = mt.json(snap_path, "--alloc-conf", "", "--capacity", "1GiB")
     check(result["configurations"][0]["oom"] is None, "OOM reported with room to spare")
-    check(result["capacity"] == 1 << 30, "--capacity 1GiB read as %s" % result["capacity"])
+    check(result["capacity_bytes"] == 1 << 30, "--capacity 1GiB read as %s" % result["capacity_bytes"])
     rc, out, err = mt.run(snap_path, "--capacity", "86MiB")
     check(rc == 0 and "out of memory" in out.lower(), "human output does not report the OOM:\n%s" % out)
 
@@ -252,19 +252,19 @@ def case_empty_cache(mt):
     rep, got = result["replayed"], result["configurations"][0]
     check(rep.get("empty_cache_calls") == 6 and rep.get("allocation_releases") == 0,
           "replayed: %s, expected 6 empty_cache calls and no release inside an allocation" % rep)
-    check(got["peak_reserved"] == ref["peak_reserved"],
-          "peak reserved %d, recorded %d" % (got["peak_reserved"], ref["peak_reserved"]))
+    check(got["peak_reserved_bytes"] == ref["peak_reserved"],
+          "peak reserved %d, recorded %d" % (got["peak_reserved_bytes"], ref["peak_reserved"]))
     check(sorted(got["segment_free_sizes"]) == sorted(ref["segment_frees"]),
           "segment frees: replay %d (%d bytes), recorded %d (%d bytes)"
           % (len(got["segment_free_sizes"]), sum(got["segment_free_sizes"]), len(ref["segment_frees"]),
              sum(ref["segment_frees"])))
-    check(got.get("empty_cache_released") == sum(ref["segment_frees"]),
-          "empty_cache gave back %s bytes, the recording %d" % (got.get("empty_cache_released"), sum(ref["segment_frees"])))
+    check(got.get("empty_cache_released_bytes") == sum(ref["segment_frees"]),
+          "empty_cache gave back %s bytes, the recording %d" % (got.get("empty_cache_released_bytes"), sum(ref["segment_frees"])))
     check(got["matches_recorded"] is True, "recorded decisions not reproduced")
     # Every configuration makes the calls (the what-if figures are checked by whatif.phases).
     result, _ = mt.json(path)
     for c in result["configurations"]:
-        check(c["empty_cache_released"] > 0, "%s: the empty_cache calls gave nothing back" % c["label"])
+        check(c["empty_cache_released_bytes"] > 0, "%s: the empty_cache calls gave nothing back" % c["label"])
     rc, out, _ = mt.run(path)
     check(rc == 0 and "6 empty_cache calls" in out and "same segment decisions" in out,
           "human output:\n%s" % out)
@@ -374,11 +374,11 @@ def case_pairing(mt):
         reference_snapshot.write(path, snap)
         result, _ = mt.json(path, "--alloc-conf", "")
     got = result["configurations"][0]
-    check(got["peak_allocated"] == 1200 * kib, "peak allocated %d: a block was reused before its "
-          "free_completed" % got["peak_allocated"])
+    check(got["peak_allocated_bytes"] == 1200 * kib, "peak allocated %d: a block was reused before its "
+          "free_completed" % got["peak_allocated_bytes"])
     check(got["segment_alloc_sizes"] == [2 * MIB] and got["matches_recorded"] is True, "segments: %s" % got)
     rep = result["replayed"]
-    check((rep["allocs"], rep["frees"], rep["skipped"], rep["preallocated"]) == (3, 3, 0, 0), "counts: %s" % rep)
+    check((rep["allocs"], rep["frees"], rep["skipped"], rep["preallocated_segments"]) == (3, 3, 0, 0), "counts: %s" % rep)
 
 
 def case_memtrace_dropped(mt):

@@ -24,5 +24,20 @@ TEST_CASE("objects and arrays nest with commas in the right places") {
 TEST_CASE("strings are escaped and invalid UTF-8 is replaced") {
   JsonWriter j;
   j.string(std::string("q\"b\\n\n\x01 \xc3\xa9 \xff end", 16));
-  CHECK(j.text() == "\"q\\\"b\\\\n\\n\\u0001 \xc3\xa9 \\ufffd end\"");
+  CHECK(j.text() == "\"q\\\"b\\\\n\\n\\u0001 \xc3\xa9 \xef\xbf\xbd end\"");
+}
+
+TEST_CASE("a lone surrogate, an overlong form and a code point past U+10FFFF become U+FFFD") {
+  // A Python str with a lone surrogate pickles (surrogatepass) to ED A0 80; a decoder that
+  // accepts it is not strict, so the writer must not pass it through.
+  const std::string fffd = "\xef\xbf\xbd";
+  JsonWriter j;
+  j.begin_array();
+  j.string("a\xed\xa0\x80z");    // U+D800
+  j.string("\xe0\x80\xaf");       // overlong '/'
+  j.string("\xf4\x90\x80\x80");   // U+110000
+  j.string("\xf0\x9f\x98\x80");   // U+1F600, valid: kept
+  j.end_array();
+  CHECK(j.text() == "[\"a" + fffd + fffd + fffd + "z\",\"" + fffd + fffd + fffd + "\",\"" + fffd + fffd +
+                        fffd + fffd + "\",\"\xf0\x9f\x98\x80\"]");
 }
