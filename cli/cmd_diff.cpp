@@ -27,10 +27,11 @@ const CommandSpec kSpec{
     "\n"
     "What grew and what shrank from snapshot A to snapshot B: each device's totals, then the live\n"
     "allocations by owner and by stack (matched by frame text), largest change first. Unchanged\n"
-    "groups are left out. Bytes are requested bytes.\n"
+    "groups are left out. Bytes are requested bytes. Pinned host memory (host_segments/host_traces)\n"
+    "is compared in a section of its own when either file has it.\n"
     "\n"
     "  --json        one JSON document on stdout (every row unless --top is given)\n"
-    "  --device N    only device N (default: all devices together)\n"
+    "  --device N    only device N (default: all devices together; no host memory section)\n"
     "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --at end      compare what is live at the end of each file (default)\n"
     "  --at peak     compare what was live at each device's peak\n"
@@ -85,6 +86,75 @@ void row_text(const DiffRow& r, bool stack, StackView* view = nullptr, size_t wi
   else std::printf("%s\n", r.key.c_str());
 }
 
+void totals_json(JsonWriter& j, const DeviceHistory& ha, const DeviceHistory& hb) {
+  auto pair = [&](const char* key, uint64_t x, uint64_t y) {
+    j.key(key).begin_array();
+    j.uinteger(x);
+    j.uinteger(y);
+    j.end_array();
+  };
+  pair("reserved_bytes", ha.reserved_now, hb.reserved_now);
+  pair("allocated_bytes", ha.requested_now, hb.requested_now);
+  pair("peak_allocated_bytes", ha.peak_allocated, hb.peak_allocated);
+  pair("peak_reserved_bytes", ha.peak_reserved, hb.peak_reserved);
+}
+
+void totals_text(const char* title, const DeviceHistory& ha, const DeviceHistory& hb) {
+  auto line = [](const char* what, uint64_t x, uint64_t y) {
+    std::printf("  %-15s %10s -> %-10s (%s)\n", what, human_bytes(x).c_str(), human_bytes(y).c_str(),
+                human_delta(static_cast<int64_t>(y) - static_cast<int64_t>(x)).c_str());
+  };
+  std::printf("%s\n", title);
+  line("reserved", ha.reserved_now, hb.reserved_now);
+  line("allocated", ha.requested_now, hb.requested_now);
+  line("peak reserved", ha.peak_reserved, hb.peak_reserved);
+  line("peak allocated", ha.peak_allocated, hb.peak_allocated);
+}
+
+// The rows of one comparison (all devices together, or the pinned host memory).
+struct Rows {
+  std::vector<DiffRow> owners, stacks;
+};
+
+Rows diff_rows(const reader::Snapshot& a, const std::vector<LiveAlloc>& la, const reader::Snapshot& b,
+               const std::vector<LiveAlloc>& lb, StackView* view_a, StackView* view_b) {
+  Rows r;
+  r.owners = diff_groups(a, group_allocs(a, la, GroupBy::kOwner), b, group_allocs(b, lb, GroupBy::kOwner), true);
+  // Text rows match stacks by the frames shown (docs/reports.md, "Readable stacks"); JSON (no
+  // views) by the whole stack.
+  r.stacks = diff_groups(a, group_allocs(a, la, GroupBy::kStack, view_a), b, group_allocs(b, lb, GroupBy::kStack, view_b),
+                         false);
+  return r;
+}
+
+void rows_json(JsonWriter& j, const Rows& rows, size_t top) {
+  size_t shown = top == 0 ? rows.stacks.size() : std::min(top, rows.stacks.size());
+  j.key("owners").begin_array();
+  for (const DiffRow& r : rows.owners) row_json(j, r, false);
+  j.end_array();
+  j.key("stacks").begin_array();
+  for (size_t i = 0; i < shown; ++i) row_json(j, rows.stacks[i], true);
+  j.end_array();
+}
+
+void rows_text(const Rows& rows, const char* lead, size_t top, const reader::Snapshot* a, StackView& view_a,
+               StackView& view_b) {
+  size_t shown = top == 0 ? rows.stacks.size() : std::min(top, rows.stacks.size());
+  std::printf("%s, by owner:\n", lead);
+  if (rows.owners.empty()) std::printf("  no change\n");
+  for (const DiffRow& r : rows.owners) row_text(r, false);
+  std::printf("%s, by stack:\n", lead);
+  if (rows.stacks.empty()) std::printf("  no change\n");
+  const size_t width = format::report_width(1);
+  for (size_t i = 0; i < shown; ++i)
+    row_text(rows.stacks[i], true, rows.stacks[i].frames_from == a ? &view_a : &view_b, width);
+  if (shown < rows.stacks.size()) {
+    int64_t rest = 0;
+    for (size_t i = shown; i < rows.stacks.size(); ++i) rest += rows.stacks[i].delta();
+    std::printf("  ... %zu more rows (%s together)\n", rows.stacks.size() - shown, human_delta(rest).c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_diff(int argc, char** argv) {
@@ -101,17 +171,22 @@ int cmd_diff(int argc, char** argv) {
   for (int d : devices_to_report(*b, cl->device)) dev_set.insert(d);
   std::vector<int> devices(dev_set.begin(), dev_set.end());
   Side sa = collect(*a, devices, cl->at), sb = collect(*b, devices, cl->at);
-  auto owners = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kOwner), *b,
-                            group_allocs(*b, sb.allocs, GroupBy::kOwner), true);
-  // Text rows match stacks by the frames shown (docs/reports.md, "Readable stacks"); JSON by the
-  // whole stack.
   StackView view_a(*a, cl->frames), view_b(*b, cl->frames);
-  const bool by_view = !cl->json;
-  auto stacks = diff_groups(*a, group_allocs(*a, sa.allocs, GroupBy::kStack, by_view ? &view_a : nullptr), *b,
-                            group_allocs(*b, sb.allocs, GroupBy::kStack, by_view ? &view_b : nullptr), false);
+  StackView* va = cl->json ? nullptr : &view_a;
+  StackView* vb = cl->json ? nullptr : &view_b;
+  Rows rows = diff_rows(*a, sa.allocs, *b, sb.allocs, va, vb);
+  // Pinned host memory, compared on its own (left out when --device picks one device).
+  const bool host = !cl->device && (has_host_memory(*a) || has_host_memory(*b));
+  DeviceHistory host_a, host_b;
+  Rows host_rows;
+  if (host) {
+    host_a = analyze_host(*a);
+    host_b = analyze_host(*b);
+    host_rows = diff_rows(*a, cl->at == Moment::kPeak ? host_a.live_at_peak : host_a.live_at_end, *b,
+                          cl->at == Moment::kPeak ? host_b.live_at_peak : host_b.live_at_end, va, vb);
+  }
   const char* at = cl->at == Moment::kPeak ? "peak" : "end";
   size_t top = cl->top.value_or(cl->json ? 0 : 20);
-  size_t shown = top == 0 ? stacks.size() : std::min(top, stacks.size());
 
   if (cl->json) {
     JsonWriter j;
@@ -121,34 +196,22 @@ int cmd_diff(int argc, char** argv) {
     j.field("at", at);
     j.key("devices").begin_array();
     for (size_t i = 0; i < devices.size(); ++i) {
-      const DeviceHistory &ha = sa.devices[i], &hb = sb.devices[i];
       j.begin_object();
       j.field_int("device", devices[i]);
-      j.key("reserved_bytes").begin_array();
-      j.uinteger(ha.reserved_now);
-      j.uinteger(hb.reserved_now);
-      j.end_array();
-      j.key("allocated_bytes").begin_array();
-      j.uinteger(ha.requested_now);
-      j.uinteger(hb.requested_now);
-      j.end_array();
-      j.key("peak_allocated_bytes").begin_array();
-      j.uinteger(ha.peak_allocated);
-      j.uinteger(hb.peak_allocated);
-      j.end_array();
-      j.key("peak_reserved_bytes").begin_array();
-      j.uinteger(ha.peak_reserved);
-      j.uinteger(hb.peak_reserved);
-      j.end_array();
+      totals_json(j, sa.devices[i], sb.devices[i]);
       j.end_object();
     }
     j.end_array();
-    j.key("owners").begin_array();
-    for (const DiffRow& r : owners) row_json(j, r, false);
-    j.end_array();
-    j.key("stacks").begin_array();
-    for (size_t i = 0; i < shown; ++i) row_json(j, stacks[i], true);
-    j.end_array();
+    rows_json(j, rows, top);
+    j.key("host_memory");
+    if (host) {
+      j.begin_object();
+      totals_json(j, host_a, host_b);
+      rows_json(j, host_rows, top);
+      j.end_object();
+    } else {
+      j.null();
+    }
     j.end_object();
     std::printf("%s\n", j.text().c_str());
     return 0;
@@ -156,30 +219,13 @@ int cmd_diff(int argc, char** argv) {
 
   std::printf("A: %s: %s\nB: %s: %s\n", cl->args[0].c_str(), describe_producer(*a).c_str(), cl->args[1].c_str(),
               describe_producer(*b).c_str());
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const DeviceHistory &ha = sa.devices[i], &hb = sb.devices[i];
-    auto line = [](const char* what, uint64_t x, uint64_t y) {
-      std::printf("  %-15s %10s -> %-10s (%s)\n", what, human_bytes(x).c_str(), human_bytes(y).c_str(),
-                  human_delta(static_cast<int64_t>(y) - static_cast<int64_t>(x)).c_str());
-    };
-    std::printf("device %d\n", devices[i]);
-    line("reserved", ha.reserved_now, hb.reserved_now);
-    line("allocated", ha.requested_now, hb.requested_now);
-    line("peak reserved", ha.peak_reserved, hb.peak_reserved);
-    line("peak allocated", ha.peak_allocated, hb.peak_allocated);
-  }
-  std::printf("live at %s, by owner:\n", at);
-  if (owners.empty()) std::printf("  no change\n");
-  for (const DiffRow& r : owners) row_text(r, false);
-  std::printf("live at %s, by stack:\n", at);
-  if (stacks.empty()) std::printf("  no change\n");
-  const size_t width = format::report_width(1);
-  for (size_t i = 0; i < shown; ++i)
-    row_text(stacks[i], true, stacks[i].frames_from == &*a ? &view_a : &view_b, width);
-  if (shown < stacks.size()) {
-    int64_t rest = 0;
-    for (size_t i = shown; i < stacks.size(); ++i) rest += stacks[i].delta();
-    std::printf("  ... %zu more rows (%s together)\n", stacks.size() - shown, human_delta(rest).c_str());
+  for (size_t i = 0; i < devices.size(); ++i)
+    totals_text(("device " + std::to_string(devices[i])).c_str(), sa.devices[i], sb.devices[i]);
+  const std::string lead = std::string("live at ") + at;
+  rows_text(rows, lead.c_str(), top, &*a, view_a, view_b);
+  if (host) {
+    totals_text("pinned host memory", host_a, host_b);
+    rows_text(host_rows, ("pinned host memory " + lead).c_str(), top, &*a, view_a, view_b);
   }
   return 0;
 }

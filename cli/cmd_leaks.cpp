@@ -24,14 +24,40 @@ const CommandSpec kSpec{
     "\n"
     "Per device: what is still allocated at the end of the snapshot, by owner and by stack and owner,\n"
     "largest first. A block's owner is the category of the alloc event that made it ('unknown' when\n"
-    "that event is not in the kept history). Bytes are requested bytes.\n"
+    "that event is not in the kept history). Bytes are requested bytes. Pinned host memory\n"
+    "(host_segments/host_traces) follows as its own section when the file has it.\n"
     "\n"
     "  --json      one JSON document on stdout (every group unless --top is given)\n"
-    "  --device N  only device N\n"
+    "  --device N  only device N (and no host memory section)\n"
     "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --top N     stack groups shown (text default 20; 0 = all)\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1, false, false, false, true};
+
+// One history's leaks: text, or its JSON members (the caller opens the object).
+void report_leaks(const reader::Snapshot& s, const DeviceHistory& h, const CommandLine& cl, const char* title,
+                  StackView& view, JsonWriter* j) {
+  uint64_t bytes = 0;
+  for (const LiveAlloc& a : h.live_at_end) bytes += a.bytes;
+  auto owners = group_allocs(s, h.live_at_end, GroupBy::kOwner);
+  auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStackAndOwner, j ? nullptr : &view);
+  if (j) {
+    j->field_uint("live_bytes", bytes);
+    j->field_uint("allocations", h.live_at_end.size());
+    j->key("owners");
+    groups_json(*j, s, owners, 0, false);
+    j->key("stacks");
+    groups_json(*j, s, stacks, cl.top.value_or(0), true);
+    return;
+  }
+  std::printf("%s: %s still allocated at the end in %s\n", title, human_bytes(bytes).c_str(),
+              count_of(h.live_at_end.size(), "allocation").c_str());
+  if (owners.empty()) return;
+  std::printf("  by owner:\n");
+  print_groups(stdout, owners, 0, true, false);
+  std::printf("  by stack:\n");
+  print_groups(stdout, stacks, cl.top.value_or(20), true, true, &view, format::report_width(1));
+}
 
 }  // namespace
 
@@ -44,7 +70,8 @@ int cmd_leaks(int argc, char** argv) {
   const reader::Snapshot& s = *snap;
   const std::string& path = cl->args[0];
   JsonWriter j;
-  if (cl->json) {
+  JsonWriter* json = cl->json ? &j : nullptr;
+  if (json) {
     j.begin_document();
     j.field("file", path);
     producer_json(j, s);
@@ -53,37 +80,31 @@ int cmd_leaks(int argc, char** argv) {
     std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
   }
   StackView view(s, cl->frames);
-  const size_t width = format::report_width(1);
   for (int d : devices_to_report(s, cl->device)) {
-    DeviceHistory h = analyze_device(s, d);
-    uint64_t bytes = 0;
-    for (const LiveAlloc& a : h.live_at_end) bytes += a.bytes;
-    auto owners = group_allocs(s, h.live_at_end, GroupBy::kOwner);
-    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStackAndOwner, cl->json ? nullptr : &view);
-    if (cl->json) {
+    if (json) {
       j.begin_object();
       j.field_int("device", d);
-      j.field_uint("live_bytes", bytes);
-      j.field_uint("allocations", h.live_at_end.size());
-      j.key("owners");
-      groups_json(j, s, owners, 0, false);
-      j.key("stacks");
-      groups_json(j, s, stacks, cl->top.value_or(0), true);
-      j.end_object();
-      continue;
     }
-    std::printf("device %d: %s still allocated at the end in %s\n", d, human_bytes(bytes).c_str(),
-                count_of(h.live_at_end.size(), "allocation").c_str());
-    if (owners.empty()) continue;
-    std::printf("  by owner:\n");
-    print_groups(stdout, owners, 0, true, false);
-    std::printf("  by stack:\n");
-    print_groups(stdout, stacks, cl->top.value_or(20), true, true, &view, width);
+    const std::string title = "device " + std::to_string(d);
+    report_leaks(s, analyze_device(s, d), *cl, title.c_str(), view, json);
+    if (json) j.end_object();
   }
-  if (cl->json) {
-    j.end_array();
+  if (json) j.end_array();
+  // Pinned host memory is its own section, left out when --device picks one device.
+  const bool host = !cl->device && has_host_memory(s);
+  if (json) {
+    j.key("host_memory");
+    if (host) {
+      j.begin_object();
+      report_leaks(s, analyze_host(s), *cl, "", view, json);
+      j.end_object();
+    } else {
+      j.null();
+    }
     j.end_object();
     std::printf("%s\n", j.text().c_str());
+  } else if (host) {
+    report_leaks(s, analyze_host(s), *cl, "pinned host memory", view, nullptr);
   }
   return 0;
 }

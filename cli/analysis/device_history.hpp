@@ -61,6 +61,12 @@ int device_count(const reader::Snapshot& s);
 // Replays one device. `with_sets` false skips the live_at_peak / live_at_end lists.
 DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_sets = true);
 
+// Pinned and registered host memory (host_segments and host_traces) replayed by the same rules as
+// a device, as its own "device" kHostDevice; never counted in any device's figures.
+inline constexpr int kHostDevice = -1;
+bool has_host_memory(const reader::Snapshot& s);
+DeviceHistory analyze_host(const reader::Snapshot& s, bool with_sets = true);
+
 // Which allocations a command looks at.
 enum class Moment { kEnd, kPeak };
 

@@ -80,6 +80,10 @@ struct Snapshot {
   std::vector<std::vector<FrameId>> stacks{{}};  // innermost frame first, as in the file
   std::vector<Segment> segments;                  // all devices, as in the file
   std::vector<std::vector<TraceEntry>> device_traces;  // outer index = device
+  // Pinned and registered host memory (host_segments, device -1, and host_traces), kept apart so
+  // that no device's figures count it; empty when the file has none.
+  std::vector<Segment> host_segments;
+  std::vector<TraceEntry> host_traces;
   MemtraceInfo memtrace;                          // defaults when producer is kPyTorch
   // PyTorch's allocator_settings (and memtrace's), kept as "key=value" strings for display only.
   std::vector<std::pair<std::string, std::string>> settings;

@@ -23,6 +23,7 @@ Decoder::Decoder(const std::string& name) : name_(name), vm_(this) {
       Key::State,         Key::RequestedSize, Key::History,          Key::RealSize,    Key::Memtrace,
       Key::Pid,           Key::Rank,         Key::Host,              Key::Exe,         Key::Reason,
       Key::EntriesDropped, Key::AllocatorCaching, Key::Allocator,    Key::SizeExact,   Key::DeviceFreeExact,
+      Key::HostSegments,  Key::HostTraces,
   };
   for (uint32_t& id : key_) id = UINT32_MAX;  // a key not read is never found
   for (Key k : kRead) {
@@ -40,7 +41,7 @@ Decoder::Decoder(const std::string& name) : name_(name), vm_(this) {
 bool Decoder::decode_top(Value top, Problem* p) {
   if (vm_.is_kind(top, ObjKind::kList)) {
     // Legacy: torch.cuda.memory_snapshot() returned the segment list alone.
-    return decode_segments(top, p);
+    return decode_segments(top, Key::Segments, &snap_.segments, p);
   }
   if (!vm_.is_kind(top, ObjKind::kDict)) {
     p->what = std::string("not a snapshot: the pickle holds a ") +
@@ -61,8 +62,13 @@ bool Decoder::decode_top(Value top, Problem* p) {
     p->offset = vm_.obj(o).offset();
     return false;
   }
-  if (!decode_traces(*tr, p)) return false;
-  if (!decode_segments(*seg, p)) return false;
+  // Pinned host memory, when the file has it (docs/snapshot-format.md, "Pinned host memory:
+  // host_segments and host_traces"): read with the device keys' rules, kept apart from them.
+  const Value* host_tr = find(o, Key::HostTraces);
+  const Value* host_seg = find(o, Key::HostSegments);
+  if (!decode_traces(*tr, host_tr, p)) return false;
+  if (!decode_segments(*seg, Key::Segments, &snap_.segments, p)) return false;
+  if (host_seg && !decode_segments(*host_seg, Key::HostSegments, &snap_.host_segments, p)) return false;
   if (const Value* s = find(o, Key::AllocatorSettings)) decode_settings(*s);
   return true;
 }

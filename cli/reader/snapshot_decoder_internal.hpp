@@ -146,14 +146,15 @@ class Decoder final : public pickle::DictHook {
     return pool_[c].get()[i - chunk_start(c)];
   }
   void account();
-  bool decode_traces(Value v, Problem* p);
+  // device_traces (a list of lists) and, when present, host_traces (one flat list).
+  bool decode_traces(Value v, const Value* host, Problem* p);
 
   // snapshot_decoder.cpp
   bool decode_top(Value top, Problem* p);
 
   // snapshot_decoder_segments.cpp
-  bool decode_segments(Value v, Problem* p);
-  bool decode_segment(Value v, size_t index, Problem* p);
+  bool decode_segments(Value v, Key key, std::vector<Segment>* out, Problem* p);
+  bool decode_segment(Value v, Key key, size_t index, std::vector<Segment>* out, Problem* p);
   bool decode_block(Value v, const std::string& where, Block* blk, Problem* p);
 
   // snapshot_decoder_settings.cpp

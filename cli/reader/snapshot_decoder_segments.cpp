@@ -5,8 +5,8 @@
 
 namespace memtrace::reader::detail {
 
-bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
-  std::string where = key_text(Key::Segments) + ("[" + std::to_string(index) + "]");
+bool Decoder::decode_segment(Value v, Key key, size_t index, std::vector<Segment>* out, Problem* p) {
+  std::string where = key_text(key) + ("[" + std::to_string(index) + "]");
   if (!vm_.is_kind(v, ObjKind::kDict)) {
     p->what = where + " is a " + (vm_.is_kind(v, ObjKind::kRecord) ? std::string("trace entry or frame")
                                                                   : std::string(vm_.type_name(v))) +
@@ -78,7 +78,7 @@ bool Decoder::decode_segment(Value v, size_t index, Problem* p) {
     addr += blk.size;
     seg.blocks.push_back(blk);
   }
-  snap_.segments.push_back(std::move(seg));
+  out->push_back(std::move(seg));
   return true;
 }
 
@@ -137,17 +137,17 @@ bool Decoder::decode_block(Value v, const std::string& where, Block* blk, Proble
   return true;
 }
 
-bool Decoder::decode_segments(Value v, Problem* p) {
+bool Decoder::decode_segments(Value v, Key key, std::vector<Segment>* out, Problem* p) {
   if (!vm_.is_kind(v, ObjKind::kList) && !vm_.is_kind(v, ObjKind::kTuple)) {
-    p->what = quoted(Key::Segments) + " is a " + vm_.type_name(v) + ", expected a list";
+    p->what = quoted(key) + " is a " + vm_.type_name(v) + ", expected a list";
     p->offset = offset_of(v, 0);
     return false;
   }
   size_t n;
   const Value* it = vm_.items(static_cast<uint32_t>(v.payload()), &n);
-  snap_.segments.reserve(n);
+  out->reserve(n);
   for (size_t i = 0; i < n; ++i)
-    if (!decode_segment(it[i], i, p)) return false;
+    if (!decode_segment(it[i], key, i, out, p)) return false;
   return true;
 }
 

@@ -217,25 +217,45 @@ bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs
   return false;
 }
 
-bool Decoder::decode_traces(Value v, Problem* p) {
+bool Decoder::decode_traces(Value v, const Value* host, Problem* p) {
   if (!vm_.is_kind(v, ObjKind::kList) && !vm_.is_kind(v, ObjKind::kTuple)) {
     p->what = quoted(Key::DeviceTraces) + " is a " + vm_.type_name(v) + ", expected a list of lists";
     p->offset = offset_of(v, 0);
     return false;
   }
+  if (host && !vm_.is_kind(*host, ObjKind::kList) && !vm_.is_kind(*host, ObjKind::kTuple)) {
+    p->what = quoted(Key::HostTraces) + " is a " + vm_.type_name(*host) + ", expected a list";
+    p->offset = offset_of(*host, 0);
+    return false;
+  }
   size_t nd;
   const Value* dev = vm_.items(static_cast<uint32_t>(v.payload()), &nd);
-  // Pool chunks still referred to by the lists not yet copied (freed as soon as none is).
-  std::vector<uint32_t> refs(pool_.size(), 0);
+  // Every list to copy: one per device, then host_traces. Their entries share the pool.
+  struct List {
+    Value list;
+    std::vector<TraceEntry>* out;
+    std::string where;
+  };
+  std::vector<List> lists;
+  lists.reserve(nd + 1);
+  produce(nd);
+  snap_.device_traces.resize(nd);
   for (size_t d = 0; d < nd; ++d) {
+    std::string where = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "]");
     if (!vm_.is_kind(dev[d], ObjKind::kList) && !vm_.is_kind(dev[d], ObjKind::kTuple)) {
-      p->what = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "] is a ") + vm_.type_name(dev[d]) +
-                ", expected a list";
+      p->what = where + " is a " + vm_.type_name(dev[d]) + ", expected a list";
       p->offset = offset_of(dev[d], offset_of(v, 0));
       return false;
     }
+    lists.push_back({dev[d], &snap_.device_traces[d], std::move(where)});
+  }
+  if (host) lists.push_back({*host, &snap_.host_traces, key_text(Key::HostTraces)});
+
+  // Pool chunks still referred to by the lists not yet copied (freed as soon as none is).
+  std::vector<uint32_t> refs(pool_.size(), 0);
+  for (const List& l : lists) {
     size_t ne;
-    const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
+    const Value* it = vm_.items(static_cast<uint32_t>(l.list.payload()), &ne);
     spend(ne + 1);
     for (size_t i = 0; i < ne; ++i) {
       if (!it[i].is_obj()) continue;
@@ -246,12 +266,10 @@ bool Decoder::decode_traces(Value v, Problem* p) {
   for (size_t c = 0; c < pool_.size(); ++c)
     if (refs[c] == 0) pool_[c].reset();
 
-  produce(nd);
-  snap_.device_traces.resize(nd);
-  for (size_t d = 0; d < nd; ++d) {
+  for (const List& l : lists) {
     size_t ne;
-    const Value* it = vm_.items(static_cast<uint32_t>(dev[d].payload()), &ne);
-    std::vector<TraceEntry>& out = snap_.device_traces[d];
+    const Value* it = vm_.items(static_cast<uint32_t>(l.list.payload()), &ne);
+    std::vector<TraceEntry>& out = *l.out;
     produce(ne);
     out.reserve(ne);
     pickle::advise_huge_pages(out.data(), ne * sizeof(TraceEntry));
@@ -279,8 +297,8 @@ bool Decoder::decode_traces(Value v, Problem* p) {
         }
       }
       if (why.empty()) why = std::string("is a ") + vm_.type_name(e) + ", expected a trace entry dict";
-      p->what = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "][" + std::to_string(i) + "]: ") + why;
-      p->offset = offset_of(e, offset_of(dev[d], 0));
+      p->what = l.where + ("[" + std::to_string(i) + "]: ") + why;
+      p->offset = offset_of(e, offset_of(l.list, 0));
       return false;
     }
   }

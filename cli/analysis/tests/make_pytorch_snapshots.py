@@ -261,6 +261,25 @@ def oom_training_step():
     return {'segments': segs, 'device_traces': [d0], 'allocator_settings': settings(), 'external_annotations': []}
 
 
+def pinned_training_step():
+    """The small training step with pinned host memory (host_segments, device -1, and one flat
+    host_traces list): a DataLoader's pinned batch still live, a staging buffer freed in the
+    history, and a pinned block from before the history."""
+    s = small_training_step()
+    pin = stack(fr('pin_memory', SITE + 'torch/utils/data/_utils/pin_memory.py', 70),
+                fr('_next_data', SITE + 'torch/utils/data/dataloader.py', 1480), fr('step', 'train.py', 58), MAIN, MODULE)
+    stage = stack(fr('save_checkpoint', 'train.py', 70), MAIN, MODULE)
+    H1, H2, H0 = 0x7f9000000000, 0x7f9000400000, 0x7f8f00000000
+    host_traces = [ev('segment_alloc', H1, 4 * MiB, 5, pin), ev('alloc', H1, 3 * MiB, 6, pin),
+                   ev('segment_alloc', H2, 2 * MiB, 80, stage), ev('alloc', H2, 2 * MiB, 81, stage),
+                   *free(H2, 2 * MiB, 90, stage), ev('segment_free', H2, 2 * MiB, 92, stage)]
+    s['host_segments'] = [segment(-1, H1, [block(3 * MiB, 3 * MiB, 'active_allocated', pin),
+                                           block(MiB, 0, 'inactive', S_NONE)], frames=pin),
+                          segment(-1, H0, [block(MiB, MiB, 'active_allocated', S_INIT)], frames=S_INIT)]
+    s['host_traces'] = host_traces
+    return s
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data')
     os.makedirs(os.path.join(out, 'ranks'), exist_ok=True)
@@ -276,6 +295,7 @@ def main():
     dump('torch_later_p5.pickle', later_training_step(), 5)
     dump('memtrace_step.pickle', memtrace_side_of_training_step(), 4)
     dump('torch_oom_p4.pickle', oom_training_step(), 4)
+    dump('torch_pinned_p4.pickle', pinned_training_step(), 4)
     for rank, extra in enumerate([0, 2, -1, 60, 1]):  # rank 3 holds 60 MiB more activations
         dump(os.path.join('ranks', f'snapshot_rank{rank}.pickle'), rank_snapshot(rank, extra), 5)
 

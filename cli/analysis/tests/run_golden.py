@@ -42,6 +42,13 @@ CASES = {
     'summary_torch_oom_json': (['summary', '--json', 'torch_oom_p4.pickle'], {}),
     'summary_torch_oom_all_frames': (['summary', '--frames', 'all', 'torch_oom_p4.pickle'], {}),
     'peak_torch_oom': (['peak', 'torch_oom_p4.pickle'], {}),
+    # pinned host memory (host_segments/host_traces): its own section, never in a device's figures
+    'summary_torch_pinned': (['summary', 'torch_pinned_p4.pickle'], {}),
+    'summary_torch_pinned_json': (['summary', '--json', 'torch_pinned_p4.pickle'], {}),
+    'summary_torch_pinned_device0': (['summary', '--device', '0', 'torch_pinned_p4.pickle'], {}),
+    'leaks_torch_pinned': (['leaks', 'torch_pinned_p4.pickle'], {}),
+    'diff_torch_pinned': (['diff', 'torch_step.pickle', 'torch_pinned_p4.pickle'], STEP),
+    'diff_torch_pinned_json': (['diff', '--json', 'torch_step.pickle', 'torch_pinned_p4.pickle'], STEP),
     'leaks_torch_oom': (['leaks', 'torch_oom_p4.pickle'], {}),
     'flamegraph_torch_oom': (['flamegraph', 'torch_oom_p4.pickle'], {}),
     'replay_capacity_recorded': (['replay', '--capacity', 'recorded', 'torch_oom_p4.pickle'], {}),
