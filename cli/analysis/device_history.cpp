@@ -43,12 +43,12 @@ Sum segment_delta(const reader::TraceEntry& e) {
   }
 }
 
-// One history against its final segments: a device's (segments filtered by device) or the pinned
-// host memory's (every host segment).
-DeviceHistory analyze(const std::vector<reader::Segment>& segments, bool filter, int device,
-                      const std::vector<reader::TraceEntry>& tr, bool with_sets) {
+}  // namespace
+
+DeviceHistory analyze_history(const HistorySource& src, bool with_sets) {
+  const std::vector<reader::TraceEntry>& tr = *src.trace;
   DeviceHistory h;
-  h.device = device;
+  h.device = src.device;
   const size_t n = std::min<size_t>(tr.size(), kNever - 1);
   h.entries = n;
 
@@ -108,8 +108,8 @@ DeviceHistory analyze(const std::vector<reader::Segment>& segments, bool filter,
   // Final state of this device.
   std::vector<LiveAlloc> untraced;
   Sum untraced_bytes = 0;
-  for (const reader::Segment& seg : segments) {
-    if (filter && seg.device != device) continue;
+  for (const reader::Segment& seg : *src.segments) {
+    if (!src.has(seg)) continue;
     ++h.segment_count;
     h.reserved_now += seg.total_size;
     for (const reader::Block& b : seg.blocks) {
@@ -164,18 +164,20 @@ DeviceHistory analyze(const std::vector<reader::Segment>& segments, bool filter,
   return h;
 }
 
-}  // namespace
-
-DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_sets) {
+HistorySource device_source(const reader::Snapshot& s, int device) {
   static const std::vector<reader::TraceEntry> kEmpty;
   const auto& tr = device >= 0 && device < static_cast<int>(s.device_traces.size()) ? s.device_traces[device] : kEmpty;
-  return analyze(s.segments, true, device, tr, with_sets);
+  return {&s.segments, true, device, &tr};
+}
+
+HistorySource host_source(const reader::Snapshot& s) { return {&s.host_segments, false, kHostDevice, &s.host_traces}; }
+
+DeviceHistory analyze_device(const reader::Snapshot& s, int device, bool with_sets) {
+  return analyze_history(device_source(s, device), with_sets);
 }
 
 bool has_host_memory(const reader::Snapshot& s) { return !s.host_segments.empty() || !s.host_traces.empty(); }
 
-DeviceHistory analyze_host(const reader::Snapshot& s, bool with_sets) {
-  return analyze(s.host_segments, false, kHostDevice, s.host_traces, with_sets);
-}
+DeviceHistory analyze_host(const reader::Snapshot& s, bool with_sets) { return analyze_history(host_source(s), with_sets); }
 
 }  // namespace memtrace::analysis

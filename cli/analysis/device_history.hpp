@@ -55,6 +55,19 @@ struct DeviceHistory {
   std::vector<LiveAlloc> live_at_end;
 };
 
+// One history and the final segments it ends in: a device's (the segments on that device) or the
+// pinned host memory's (every host segment).
+struct HistorySource {
+  const std::vector<reader::Segment>* segments;
+  bool by_device;  // only the segments whose device is `device`
+  int device;
+  const std::vector<reader::TraceEntry>* trace;
+  bool has(const reader::Segment& seg) const { return !by_device || seg.device == device; }
+};
+HistorySource device_source(const reader::Snapshot& s, int device);
+HistorySource host_source(const reader::Snapshot& s);
+DeviceHistory analyze_history(const HistorySource& src, bool with_sets = true);
+
 // Highest device index used plus one: device_traces lists and segments' devices.
 int device_count(const reader::Snapshot& s);
 
