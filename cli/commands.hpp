@@ -34,5 +34,6 @@ int cmd_merge(int argc, char** argv);
 int cmd_flamegraph(int argc, char** argv);
 int cmd_ranks(int argc, char** argv);
 int cmd_replay(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 }  // namespace memtrace::cli

@@ -71,6 +71,8 @@ struct MemtraceInfo {       // allocator_settings['memtrace'] when present
   std::string host, exe, reason;
   int64_t entries_dropped = 0;  // history entries overwritten before the dump
   bool allocator_caching = false;
+  // `memtrace merge`'s inputs, when this file is a merge ("" otherwise).
+  std::string merged_pytorch, merged_memtrace;
 };
 
 struct Snapshot {

@@ -23,7 +23,7 @@ Decoder::Decoder(const std::string& name) : name_(name), vm_(this) {
       Key::State,         Key::RequestedSize, Key::History,          Key::RealSize,    Key::Memtrace,
       Key::Pid,           Key::Rank,         Key::Host,              Key::Exe,         Key::Reason,
       Key::EntriesDropped, Key::AllocatorCaching, Key::Allocator,    Key::SizeExact,   Key::DeviceFreeExact,
-      Key::HostSegments,  Key::HostTraces,
+      Key::HostSegments,  Key::HostTraces,       Key::MergedPytorchSnapshot, Key::MergedMemtraceSnapshot,
   };
   for (uint32_t& id : key_) id = UINT32_MAX;  // a key not read is never found
   for (Key k : kRead) {

@@ -138,6 +138,8 @@ void Decoder::decode_memtrace_info(uint32_t mo) {
   text(Key::Host, &info.host);
   text(Key::Exe, &info.exe);
   text(Key::Reason, &info.reason);
+  text(Key::MergedPytorchSnapshot, &info.merged_pytorch);
+  text(Key::MergedMemtraceSnapshot, &info.merged_memtrace);
 }
 
 }  // namespace memtrace::reader::detail

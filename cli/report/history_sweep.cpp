@@ -1,0 +1,240 @@
+#include "cli/report/history_sweep.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace memtrace::report {
+
+using reader::Action;
+using reader::BlockState;
+
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr uint32_t kSelf = UINT32_MAX - 1;  // a free whose alloc is not in the history: it closes itself
+
+// The live set: items in a vector (removal swaps the last one in), found by key through pos_.
+// Keys: an alloc's entry index, a free-without-alloc's own entry index, n + k for the k-th block
+// older than the history.
+class LiveSet {
+ public:
+  LiveSet(size_t keys, uint32_t owners) : pos_(keys, kNone), owner_bytes_(owners, 0), owner_count_(owners, 0) {}
+  void add(uint32_t key, const LiveItem& it) {
+    pos_[key] = static_cast<uint32_t>(items_.size());
+    items_.push_back(it);
+    keys_.push_back(key);
+    total_ += it.bytes;
+    owner_bytes_[it.owner] += it.bytes;
+    ++owner_count_[it.owner];
+  }
+  void remove(uint32_t key) {
+    uint32_t p = pos_[key];
+    if (p == kNone) return;
+    const LiveItem& it = items_[p];
+    total_ -= it.bytes;
+    owner_bytes_[it.owner] -= it.bytes;
+    --owner_count_[it.owner];
+    items_[p] = items_.back();
+    keys_[p] = keys_.back();
+    pos_[keys_[p]] = p;
+    items_.pop_back();
+    keys_.pop_back();
+    pos_[key] = kNone;
+  }
+  uint64_t total() const { return total_; }
+  const std::vector<LiveItem>& items() const { return items_; }
+  const std::vector<uint64_t>& owner_bytes() const { return owner_bytes_; }
+  const std::vector<uint64_t>& owner_count() const { return owner_count_; }
+
+ private:
+  std::vector<uint32_t> pos_;
+  std::vector<LiveItem> items_;
+  std::vector<uint32_t> keys_;
+  std::vector<uint64_t> owner_bytes_, owner_count_;
+  uint64_t total_ = 0;
+};
+
+// Buckets one level's points as the sweep emits states.
+class LevelBuilder {
+ public:
+  LevelBuilder(size_t buckets, bool exact, bool owners, int64_t first, int64_t last, uint32_t owner_count)
+      : buckets_(buckets), exact_(exact), owners_(owners), first_(first), span_(std::max<int64_t>(last - first, 1)) {
+    if (owners_) level_.by_owner.assign(owner_count, {});
+  }
+  void state(int64_t x, uint64_t allocated, uint64_t reserved, const std::vector<uint64_t>& by_owner) {
+    size_t b = exact_ ? SIZE_MAX : bucket(x);
+    if (exact_ || b != current_ || level_.t.empty()) {
+      current_ = b;
+      level_.t.push_back(x);
+      level_.allocated.push_back(allocated);
+      level_.reserved.push_back(reserved);
+      if (owners_)
+        for (size_t o = 0; o < by_owner.size(); ++o) level_.by_owner[o].push_back(by_owner[o]);
+      return;
+    }
+    const size_t last = level_.t.size() - 1;
+    if (reserved > level_.reserved[last]) level_.reserved[last] = reserved;
+    if (allocated > level_.allocated[last]) {
+      level_.allocated[last] = allocated;
+      level_.t[last] = x;
+      if (owners_)
+        for (size_t o = 0; o < by_owner.size(); ++o) level_.by_owner[o][last] = by_owner[o];
+    }
+  }
+  SeriesLevel take() { return std::move(level_); }
+
+ private:
+  size_t bucket(int64_t x) const {
+    __int128 b = static_cast<__int128>(x - first_) * static_cast<__int128>(buckets_) / span_;
+    return static_cast<size_t>(std::clamp<__int128>(b, 0, static_cast<__int128>(buckets_ - 1)));
+  }
+  size_t buckets_;
+  bool exact_, owners_;
+  int64_t first_, span_;
+  size_t current_ = SIZE_MAX;
+  SeriesLevel level_;
+};
+
+Moment take_moment(const LiveSet& live, uint64_t reserved, int64_t entry, int64_t x, const Limits& lim,
+                   std::vector<uint64_t>& stack_bytes, std::vector<reader::StackId>& touched) {
+  Moment m;
+  m.entry = entry;
+  m.t = x;
+  m.allocated = live.total();
+  m.reserved = reserved;
+  m.count = live.items().size();
+  m.by_owner = live.owner_bytes();
+  m.count_by_owner = live.owner_count();
+  for (const LiveItem& it : live.items()) {
+    if (stack_bytes[it.stack] == 0) touched.push_back(it.stack);
+    stack_bytes[it.stack] += it.bytes;
+  }
+  const double keep = lim.keep_fraction * static_cast<double>(m.allocated);
+  for (reader::StackId st : touched) {
+    const uint64_t b = stack_bytes[st];
+    if (b > 0 && static_cast<double>(b) >= keep) m.stacks.push_back({st, b});
+    else m.other_bytes += b;
+    stack_bytes[st] = 0;
+  }
+  touched.clear();
+  std::sort(m.stacks.begin(), m.stacks.end(),
+            [](const StackBytes& a, const StackBytes& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack; });
+  m.top = live.items();
+  const auto larger = [](const LiveItem& a, const LiveItem& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.addr < b.addr;
+  };
+  if (m.top.size() > lim.top) {
+    std::nth_element(m.top.begin(), m.top.begin() + static_cast<ptrdiff_t>(lim.top), m.top.end(), larger);
+    m.top.resize(lim.top);
+  }
+  std::sort(m.top.begin(), m.top.end(), larger);
+  return m;
+}
+
+bool is_live(BlockState st) { return st == BlockState::ActiveAllocated || st == BlockState::ActivePendingFree; }
+
+int64_t segment_delta(const reader::TraceEntry& e) {
+  switch (e.action) {
+    case Action::SegmentAlloc:
+    case Action::SegmentMap:
+      return static_cast<int64_t>(e.size);
+    case Action::SegmentFree:
+    case Action::SegmentUnmap:
+      return -static_cast<int64_t>(e.size);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+SweepOutput sweep_history(const SweepInput& in) {
+  const auto& tr = *in.src.trace;
+  const auto& x = *in.x;
+  const Limits& lim = *in.limits;
+  const size_t n = std::min<size_t>(tr.size(), kSelf - 1);
+  const auto owner = [&](reader::StrId c) { return c < in.owner_of->size() ? (*in.owner_of)[c] : 0; };
+
+  // Pairing, as analyze_history does it: which earlier item each entry closes.
+  bool any_completed = false;
+  for (size_t i = 0; i < n; ++i) any_completed = any_completed || tr[i].action == Action::FreeCompleted;
+  const Action closer = any_completed ? Action::FreeCompleted : Action::FreeRequested;
+  std::vector<uint32_t> closes(n, kNone);
+  std::unordered_map<uint64_t, uint32_t> open;
+  for (size_t i = 0; i < n; ++i) {
+    const reader::TraceEntry& e = tr[i];
+    if (e.action == Action::Alloc) {
+      auto [it, inserted] = open.try_emplace(e.addr, static_cast<uint32_t>(i));
+      if (!inserted) {
+        closes[i] = it->second;
+        it->second = static_cast<uint32_t>(i);
+      }
+    } else if (e.action == closer) {
+      auto it = open.find(e.addr);
+      if (it != open.end()) {
+        closes[i] = it->second;
+        open.erase(it);
+      } else {
+        closes[i] = kSelf;
+      }
+    }
+  }
+  // Blocks at the end that no kept alloc made were alive throughout.
+  std::vector<LiveItem> older;
+  int64_t reserved_end = 0, seg_net = 0;
+  for (const reader::Segment& seg : *in.src.segments) {
+    if (!in.src.has(seg)) continue;
+    reserved_end += static_cast<int64_t>(seg.total_size);
+    for (const reader::Block& b : seg.blocks)
+      if (is_live(b.state) && !open.count(b.address)) older.push_back({b.requested_size, b.address, 0, b.stack});
+  }
+  for (size_t i = 0; i < n; ++i) seg_net += segment_delta(tr[i]);
+
+  LiveSet live(n + older.size(), in.owner_count);
+  for (size_t k = 0; k < older.size(); ++k) live.add(static_cast<uint32_t>(n + k), older[k]);
+  for (size_t i = 0; i < n; ++i)
+    if (closes[i] == kSelf)
+      live.add(static_cast<uint32_t>(i), {tr[i].size, tr[i].addr, owner(tr[i].category), tr[i].stack});
+  int64_t reserved = reserved_end - seg_net;
+
+  const int64_t first = n ? x[0] : 0, last = n ? x[n - 1] : 0;
+  std::vector<LevelBuilder> levels;
+  for (size_t l = 0; l < lim.levels.size(); ++l) {
+    const bool exact = n + 1 <= lim.levels[l];
+    levels.emplace_back(lim.levels[l], exact, l < lim.owner_levels, first, last, in.owner_count);
+    if (exact) break;  // finer levels would repeat it
+  }
+  SweepOutput out;
+  std::vector<uint64_t> stack_bytes;
+  size_t max_stack = 0;
+  for (size_t i = 0; i < n; ++i) max_stack = std::max<size_t>(max_stack, tr[i].stack);
+  for (const LiveItem& it : older) max_stack = std::max<size_t>(max_stack, it.stack);
+  stack_bytes.assign(max_stack + 1, 0);
+  std::vector<reader::StackId> touched;
+  size_t next_cp = 0;
+  auto emit = [&](int64_t entry, int64_t at) {
+    const uint64_t r = reserved > 0 ? static_cast<uint64_t>(reserved) : 0;
+    for (LevelBuilder& lb : levels) lb.state(at, live.total(), r, live.owner_bytes());
+    while (next_cp < in.checkpoints.size() && in.checkpoints[next_cp] == entry) {
+      out.moments.push_back(take_moment(live, r, entry, at, lim, stack_bytes, touched));
+      ++next_cp;
+    }
+  };
+  emit(-1, first);
+  for (size_t i = 0; i < n; ++i) {
+    const reader::TraceEntry& e = tr[i];
+    if (e.action == Action::Alloc) {
+      if (closes[i] != kNone) live.remove(closes[i]);
+      live.add(static_cast<uint32_t>(i), {e.size, e.addr, owner(e.category), e.stack});
+    } else if (e.action == closer) {
+      live.remove(closes[i] == kSelf ? static_cast<uint32_t>(i) : closes[i]);
+    } else {
+      reserved += segment_delta(e);
+    }
+    emit(static_cast<int64_t>(i), x[i]);
+  }
+  for (LevelBuilder& lb : levels) out.series.push_back(lb.take());
+  return out;
+}
+
+}  // namespace memtrace::report

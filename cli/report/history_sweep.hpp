@@ -1,0 +1,30 @@
+// One pass forward over a history, keeping the live set as it goes, that yields the report's time
+// series and the live set at chosen moments. The live set follows the rules of
+// cli/analysis/device_history.hpp exactly (pairing, frees without their alloc, blocks older than
+// the history), so a moment's totals are the ones `summary` prints for it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cli/analysis/device_history.hpp"
+#include "cli/report/report_model.hpp"
+
+namespace memtrace::report {
+
+struct SweepInput {
+  analysis::HistorySource src;
+  const std::vector<int64_t>* x = nullptr;    // each entry's position on the time axis
+  const std::vector<uint32_t>* owner_of = nullptr;  // category StrId -> owner id
+  uint32_t owner_count = 0;
+  std::vector<int64_t> checkpoints;           // ascending, -1 .. n-1, no repeats
+  const Limits* limits = nullptr;
+};
+
+struct SweepOutput {
+  std::vector<SeriesLevel> series;
+  std::vector<Moment> moments;  // one per checkpoint, in order (labels left empty)
+};
+
+SweepOutput sweep_history(const SweepInput& in);
+
+}  // namespace memtrace::report

@@ -1,0 +1,348 @@
+#include "cli/report/report_data.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <unordered_map>
+
+#include "cli/analysis/json_writer.hpp"
+#include "cli/analysis/report.hpp"
+#include "cli/analysis/stack_text.hpp"
+#include "cli/analysis/stack_view.hpp"
+#include "cli/report/stack_tree.hpp"
+#include "format/stack_line.hpp"
+
+namespace memtrace::report {
+
+using analysis::JsonWriter;
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+// Each stack the page refers to, as a leaf in the short tree and in the full one.
+class Stacks {
+ public:
+  explicit Stacks(const reader::Snapshot& s)
+      : s_(s), short_view_(s, analysis::FrameMode::kShort), smaller_(strings_.intern("(smaller stacks)")),
+        no_stack_(strings_.intern("[no stack]")) {}
+
+  // Index into the page's `stacks` table.
+  uint32_t index(reader::StackId id) {
+    auto [it, inserted] = index_.try_emplace(id, static_cast<uint32_t>(leaves_.size()));
+    if (inserted) leaves_.push_back({leaf(id, true), leaf(id, false)});
+    return it->second;
+  }
+  uint32_t leaf_of(reader::StackId id, bool short_tree) {
+    uint32_t i = index(id);
+    return short_tree ? leaves_[i].first : leaves_[i].second;
+  }
+  uint32_t smaller(bool short_tree) { return (short_tree ? short_ : all_).add({smaller_}); }
+
+  void write_trees(JsonWriter& j) const {
+    j.key("trees").begin_object();
+    for (int t = 0; t < 2; ++t) {
+      const StackTree& tree = t == 0 ? short_ : all_;
+      j.key(t == 0 ? "short" : "all").begin_object();
+      j.key("parent").begin_array();
+      for (int32_t p : tree.parent()) j.integer(p);
+      j.end_array();
+      j.key("name").begin_array();
+      for (uint32_t n : tree.name()) j.uinteger(n);
+      j.end_array();
+      j.end_object();
+    }
+    j.end_object();
+    j.key("stacks").begin_array();
+    for (const auto& [s, a] : leaves_) {
+      j.begin_object();
+      j.field_uint("short", s);
+      j.field_uint("all", a);
+      j.end_object();
+    }
+    j.end_array();
+  }
+  void write_strings(JsonWriter& j) const {
+    j.key("strings").begin_array();
+    for (const std::string& s : strings_.strings()) j.string(s);
+    j.end_array();
+  }
+
+ private:
+  uint32_t leaf(reader::StackId id, bool short_tree) {
+    std::vector<reader::FrameId> frames = short_tree ? short_view_.shown(id) : s_.stacks[id];
+    std::vector<uint32_t> path;
+    path.reserve(frames.size());
+    for (size_t k = frames.size(); k-- > 0;) {  // outermost first
+      const reader::Frame& f = s_.frames[frames[k]];
+      path.push_back(strings_.intern(short_tree ? format::short_frame_label({s_.str(f.name), s_.str(f.filename), f.line})
+                                                : analysis::frame_text(s_, frames[k])));
+    }
+    if (path.empty()) path.push_back(no_stack_);
+    return (short_tree ? short_ : all_).add(path);
+  }
+
+  const reader::Snapshot& s_;
+  analysis::StackView short_view_;
+  StringTable strings_;
+  StackTree short_, all_;
+  uint32_t smaller_, no_stack_;
+  std::unordered_map<reader::StackId, uint32_t> index_;
+  std::vector<std::pair<uint32_t, uint32_t>> leaves_;  // (short leaf, all leaf) per index
+};
+
+void write_live(JsonWriter& j, Stacks& st, const Moment& m) {
+  j.key("live").begin_object();
+  for (int t = 0; t < 2; ++t) {
+    const bool short_tree = t == 0;
+    std::map<uint32_t, uint64_t> at;  // leaf node -> bytes (several stacks may end at one short leaf)
+    for (const StackBytes& sb : m.stacks) at[st.leaf_of(sb.stack, short_tree)] += sb.bytes;
+    if (m.other_bytes) at[st.smaller(short_tree)] += m.other_bytes;
+    j.key(short_tree ? "short" : "all").begin_array();
+    for (const auto& [node, bytes] : at) {
+      j.uinteger(node);
+      j.uinteger(bytes);
+    }
+    j.end_array();
+  }
+  j.end_object();
+}
+
+void write_top(JsonWriter& j, Stacks& st, const Moment& m) {
+  j.key("top").begin_array();
+  for (const LiveItem& it : m.top) {
+    j.begin_object();
+    j.field_uint("bytes", it.bytes);
+    j.field("addr", hex(it.addr));
+    j.field_uint("owner", it.owner);
+    j.field_uint("stack", st.index(it.stack));
+    j.end_object();
+  }
+  j.end_array();
+}
+
+void write_moment(JsonWriter& j, Stacks& st, const Moment& m) {
+  j.begin_object();
+  j.field_int("t", m.t);
+  j.field_int("entry", m.entry);
+  j.field("label", m.label);
+  j.field_uint("allocated_bytes", m.allocated);
+  j.field_uint("reserved_bytes", m.reserved);
+  j.field_uint("allocations", m.count);
+  write_live(j, st, m);
+  j.key("by_owner").begin_array();
+  for (uint64_t b : m.by_owner) j.uinteger(b);
+  j.end_array();
+  write_top(j, st, m);
+  j.end_object();
+}
+
+void write_series(JsonWriter& j, const std::vector<SeriesLevel>& levels) {
+  j.key("series").begin_array();
+  for (const SeriesLevel& l : levels) {
+    j.begin_object();
+    j.key("t").begin_array();
+    for (int64_t t : l.t) j.integer(t);
+    j.end_array();
+    j.key("allocated").begin_array();
+    for (uint64_t v : l.allocated) j.uinteger(v);
+    j.end_array();
+    j.key("reserved").begin_array();
+    for (uint64_t v : l.reserved) j.uinteger(v);
+    j.end_array();
+    j.key("by_owner");
+    if (l.by_owner.empty()) {
+      j.null();
+    } else {
+      j.begin_array();
+      for (const auto& o : l.by_owner) {
+        j.begin_array();
+        for (uint64_t v : o) j.uinteger(v);
+        j.end_array();
+      }
+      j.end_array();
+    }
+    j.end_object();
+  }
+  j.end_array();
+}
+
+void write_leaks(JsonWriter& j, Stacks& st, const Model& model, const Moment& end) {
+  j.key("leaks").begin_object();
+  j.field_uint("bytes", end.allocated);
+  j.field_uint("count", end.count);
+  j.key("by_owner").begin_array();
+  for (size_t o = 0; o < end.by_owner.size(); ++o) {
+    if (end.count_by_owner[o] == 0) continue;
+    j.begin_array();
+    j.string(model.owners[o]);
+    j.uinteger(end.by_owner[o]);
+    j.uinteger(end.count_by_owner[o]);
+    j.end_array();
+  }
+  j.end_array();
+  write_live(j, st, end);
+  write_top(j, st, end);
+  j.end_object();
+}
+
+void write_ooms(JsonWriter& j, Stacks& st, const DeviceModel& d) {
+  j.key("ooms").begin_array();
+  for (size_t k = 0; k < d.ooms.size(); ++k) {
+    const analysis::OomReport& r = d.ooms[k];
+    j.begin_object();
+    j.field_int("t", d.oom_t[k]);
+    j.field_uint("entry", r.entry);
+    j.field_uint("requested_bytes", r.requested);
+    if (r.device_free) j.field_uint("device_free_bytes", *r.device_free);
+    else j.key("device_free_bytes").null();
+    j.field_uint("reserved_bytes", r.reserved);
+    j.field_uint("allocated_bytes", r.allocated);
+    j.field_uint("free_in_segments_bytes", r.free_in_segments);
+    j.field_uint("largest_free_block_bytes", r.largest_free);
+    j.field_bool("fits_without_fragmentation", r.fits_without_fragmentation());
+    j.field("verdict", analysis::oom_verdict(r));
+    j.field_uint("stack", st.index(r.stack));
+    j.end_object();
+  }
+  j.end_array();
+}
+
+void write_layouts(JsonWriter& j, const DeviceModel& d) {
+  j.key("layouts").begin_array();
+  for (const LayoutView& v : d.layouts) {
+    j.begin_object();
+    j.field("label", v.label);
+    j.field_int("t", v.t);
+    j.field_int("entry", v.layout.after_entry);
+    j.field_uint("reserved_bytes", v.layout.reserved);
+    j.field_uint("allocated_bytes", v.layout.allocated);
+    j.field_uint("largest_free_block_bytes", v.layout.largest_free);
+    if (v.verdict) j.field("verdict", *v.verdict);
+    else j.key("verdict").null();
+    j.key("segments").begin_array();
+    for (const analysis::SegmentRun& run : v.layout.runs) {
+      j.begin_object();
+      j.field("addr", hex(run.addr));
+      j.field_uint("size", run.size);
+      j.key("blocks").begin_array();
+      for (const auto& [addr, size] : run.blocks) {
+        j.uinteger(addr - run.addr);
+        j.uinteger(size);
+      }
+      j.end_array();
+      j.end_object();
+    }
+    j.end_array();
+    j.field_uint("segments_omitted", v.omitted);
+    j.end_object();
+  }
+  j.end_array();
+}
+
+void write_device(JsonWriter& j, Stacks& st, const Model& model, const DeviceModel& d) {
+  j.begin_object();
+  j.field_int("device", d.device);
+  j.field("title", d.title);
+  write_series(j, d.series);
+  const Moment& peak = d.moments[d.peak_moment];
+  j.key("peak").begin_object();
+  j.field_int("t", peak.t);
+  j.field_int("entry", peak.entry);
+  j.field_uint("allocated_bytes", d.history.peak_allocated);
+  j.field_uint("reserved_bytes", d.history.peak_reserved);
+  j.end_object();
+  j.key("end").begin_object();
+  j.field_uint("allocated_bytes", d.history.requested_now);
+  j.field_uint("reserved_bytes", d.history.reserved_now);
+  j.end_object();
+  j.key("markers").begin_array();
+  for (const Marker& mk : d.markers) {
+    j.begin_object();
+    j.field("kind", mk.kind);
+    j.field_int("t", mk.t);
+    j.field("label", mk.label);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("moments").begin_array();
+  for (const Moment& m : d.moments) write_moment(j, st, m);
+  j.end_array();
+  write_leaks(j, st, model, d.moments.back());
+  write_ooms(j, st, d);
+  write_layouts(j, d);
+  j.end_object();
+}
+
+void write_header(JsonWriter& j, const Model& m, const std::string& version) {
+  const reader::Snapshot& s = *m.snapshot;
+  const bool mt = s.producer == reader::Producer::kMemtrace;
+  j.key("header").begin_object();
+  j.field("file", m.file);
+  j.field("producer", mt ? "memtrace" : "pytorch");
+  j.field("description", analysis::describe_producer(s));
+  j.field("exe", s.memtrace.exe);
+  if (mt) j.field_int("pid", s.memtrace.pid);
+  else j.key("pid").null();
+  j.field("rank", s.memtrace.rank);
+  j.field("host", s.memtrace.host);
+  j.field("reason", s.memtrace.reason);
+  j.field_int("t0_us", m.t0_us);
+  j.field("x_unit", m.timed ? "us" : "entry");
+  j.field_int("first", m.first);
+  j.field_int("last", m.last);
+  j.field_bool("truncated", m.truncated);
+  j.field_int("entries_dropped", mt ? s.memtrace.entries_dropped : 0);
+  j.key("settings").begin_array();
+  for (const auto& [k, v] : s.settings) {
+    j.begin_array();
+    j.string(k);
+    j.string(v);
+    j.end_array();
+  }
+  j.end_array();
+  // A merged file: which owners came from which input (merge names PyTorch's entries "torch").
+  j.key("parts").begin_array();
+  if (!s.memtrace.merged_pytorch.empty()) {
+    for (size_t o = 0; o < m.owners.size(); ++o) {
+      uint64_t bytes = 0;
+      for (const DeviceModel& d : m.devices) bytes += d.moments.back().by_owner[o];
+      j.begin_object();
+      j.field("owner", m.owners[o]);
+      j.field("from", m.owners[o] == "torch" ? s.memtrace.merged_pytorch : s.memtrace.merged_memtrace);
+      j.field("source", m.owners[o] == "torch" ? "pytorch" : "memtrace");
+      j.field_uint("live_bytes", bytes);
+      j.end_object();
+    }
+  }
+  j.end_array();
+  j.field("memtrace_version", version);
+  j.end_object();
+}
+
+}  // namespace
+
+std::string report_data_json(const Model& m, const std::string& version) {
+  JsonWriter j;
+  Stacks st(*m.snapshot);
+  j.begin_document();
+  write_header(j, m, version);
+  j.key("owners").begin_array();
+  for (const std::string& o : m.owners) j.string(o);
+  j.end_array();
+  j.key("devices").begin_array();
+  for (const DeviceModel& d : m.devices) write_device(j, st, m, d);
+  j.end_array();
+  // Last: every stack the devices named is known only now.
+  st.write_strings(j);
+  st.write_trees(j);
+  j.end_object();
+  return j.text();
+}
+
+}  // namespace memtrace::report

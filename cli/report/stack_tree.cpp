@@ -1,0 +1,26 @@
+#include "cli/report/stack_tree.hpp"
+
+namespace memtrace::report {
+
+uint32_t StringTable::intern(std::string_view s) {
+  if (s.empty()) return 0;
+  auto [it, inserted] = ids_.try_emplace(std::string(s), static_cast<uint32_t>(strings_.size()));
+  if (inserted) strings_.emplace_back(s);
+  return it->second;
+}
+
+uint32_t StackTree::add(const std::vector<uint32_t>& path) {
+  uint32_t node = 0;
+  for (uint32_t name : path) {
+    const uint64_t key = (static_cast<uint64_t>(node) << 32) | name;
+    auto [it, inserted] = child_.try_emplace(key, static_cast<uint32_t>(parent_.size()));
+    if (inserted) {
+      parent_.push_back(static_cast<int32_t>(node));
+      name_.push_back(name);
+    }
+    node = it->second;
+  }
+  return node;
+}
+
+}  // namespace memtrace::report
