@@ -109,11 +109,8 @@ Moment take_moment(const LiveSet& live, uint64_t reserved, int64_t entry, int64_
     if (stack_bytes[it.stack] == 0) touched.push_back(it.stack);
     stack_bytes[it.stack] += it.bytes;
   }
-  const double keep = lim.keep_fraction * static_cast<double>(m.allocated);
   for (reader::StackId st : touched) {
-    const uint64_t b = stack_bytes[st];
-    if (b > 0 && static_cast<double>(b) >= keep) m.stacks.push_back({st, b});
-    else m.other_bytes += b;
+    if (stack_bytes[st] > 0) m.stacks.push_back({st, stack_bytes[st]});
     stack_bytes[st] = 0;
   }
   touched.clear();
@@ -217,6 +214,7 @@ SweepOutput sweep_history(const SweepInput& in) {
     for (LevelBuilder& lb : levels) lb.state(at, live.total(), r, live.owner_bytes());
     while (next_cp < in.checkpoints.size() && in.checkpoints[next_cp] == entry) {
       out.moments.push_back(take_moment(live, r, entry, at, lim, stack_bytes, touched));
+      if (in.on_moment) in.on_moment(out.moments.back());
       ++next_cp;
     }
   };

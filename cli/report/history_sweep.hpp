@@ -4,6 +4,7 @@
 // the history), so a moment's totals are the ones `summary` prints for it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
@@ -18,6 +19,8 @@ struct SweepInput {
   uint32_t owner_count = 0;
   std::vector<int64_t> checkpoints;           // ascending, -1 .. n-1, no repeats
   const Limits* limits = nullptr;
+  // Called with each moment as it is taken, its `stacks` filled: to weigh them and let them go.
+  std::function<void(Moment&)> on_moment;
 };
 
 struct SweepOutput {

@@ -10,7 +10,7 @@
 #include "cli/analysis/report.hpp"
 #include "cli/analysis/stack_text.hpp"
 #include "cli/analysis/stack_view.hpp"
-#include "cli/report/stack_tree.hpp"
+#include "cli/report/live_trees.hpp"
 #include "format/stack_line.hpp"
 
 namespace memtrace::report {
@@ -25,87 +25,88 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-// Each stack the page refers to, as a leaf in the short tree and in the full one.
-class Stacks {
+// The trees as the page gets them: only the kept nodes, renumbered in their order (a parent still
+// comes before its children), each named by its frame's label; and the stacks the page names.
+class PageTrees {
  public:
-  explicit Stacks(const reader::Snapshot& s)
-      : s_(s), short_view_(s, analysis::FrameMode::kShort), smaller_(strings_.intern("(smaller stacks)")),
-        no_stack_(strings_.intern("[no stack]")) {}
-
-  // Index into the page's `stacks` table.
-  uint32_t index(reader::StackId id) {
+  PageTrees(const reader::Snapshot& s, LiveTrees& trees) : s_(s), trees_(trees) {
+    for (TreeKind t : {kShortTree, kAllTree}) {
+      const StackTree& tree = trees.tree(t);
+      remap_[t].assign(tree.size(), UINT32_MAX);
+      for (uint32_t n = 0; n < tree.size(); ++n) {
+        if (!trees.kept(t, n)) continue;
+        remap_[t][n] = static_cast<uint32_t>(parent_[t].size());
+        parent_[t].push_back(n == 0 ? -1 : static_cast<int32_t>(remap_[t][tree.parent()[n]]));
+        name_[t].push_back(label(t, tree.name()[n], n == 0));
+      }
+    }
+  }
+  uint32_t node(TreeKind t, uint32_t original) const { return remap_[t][original]; }
+  // Index into the page's `stacks` table (the stack's path was kept: LiveTrees::keep_stack).
+  uint32_t stack(reader::StackId id) {
     auto [it, inserted] = index_.try_emplace(id, static_cast<uint32_t>(leaves_.size()));
-    if (inserted) leaves_.push_back({leaf(id, true), leaf(id, false)});
+    if (inserted) leaves_.push_back({node(kShortTree, trees_.leaf(id, kShortTree)), node(kAllTree, trees_.leaf(id, kAllTree))});
     return it->second;
   }
-  uint32_t leaf_of(reader::StackId id, bool short_tree) {
-    uint32_t i = index(id);
-    return short_tree ? leaves_[i].first : leaves_[i].second;
-  }
-  uint32_t smaller(bool short_tree) { return (short_tree ? short_ : all_).add({smaller_}); }
-
-  void write_trees(JsonWriter& j) const {
+  void write(JsonWriter& j) const {
+    j.key("strings").begin_array();
+    for (const std::string& str : strings_) j.string(str);
+    j.end_array();
     j.key("trees").begin_object();
-    for (int t = 0; t < 2; ++t) {
-      const StackTree& tree = t == 0 ? short_ : all_;
-      j.key(t == 0 ? "short" : "all").begin_object();
+    for (TreeKind t : {kShortTree, kAllTree}) {
+      j.key(t == kShortTree ? "short" : "all").begin_object();
       j.key("parent").begin_array();
-      for (int32_t p : tree.parent()) j.integer(p);
+      for (int32_t p : parent_[t]) j.integer(p);
       j.end_array();
       j.key("name").begin_array();
-      for (uint32_t n : tree.name()) j.uinteger(n);
+      for (uint32_t n : name_[t]) j.uinteger(n);
       j.end_array();
       j.end_object();
     }
     j.end_object();
     j.key("stacks").begin_array();
-    for (const auto& [s, a] : leaves_) {
+    for (const auto& [sh, all] : leaves_) {
       j.begin_object();
-      j.field_uint("short", s);
-      j.field_uint("all", a);
+      j.field_uint("short", sh);
+      j.field_uint("all", all);
       j.end_object();
     }
     j.end_array();
   }
-  void write_strings(JsonWriter& j) const {
-    j.key("strings").begin_array();
-    for (const std::string& s : strings_.strings()) j.string(s);
-    j.end_array();
-  }
 
  private:
-  uint32_t leaf(reader::StackId id, bool short_tree) {
-    std::vector<reader::FrameId> frames = short_tree ? short_view_.shown(id) : s_.stacks[id];
-    std::vector<uint32_t> path;
-    path.reserve(frames.size());
-    for (size_t k = frames.size(); k-- > 0;) {  // outermost first
-      const reader::Frame& f = s_.frames[frames[k]];
-      path.push_back(strings_.intern(short_tree ? format::short_frame_label({s_.str(f.name), s_.str(f.filename), f.line})
-                                                : analysis::frame_text(s_, frames[k])));
+  uint32_t label(TreeKind t, uint32_t frame, bool root) {
+    if (root) return 0;
+    std::string text;
+    if (frame == StackTree::kNoStack) {
+      text = "[no stack]";
+    } else {
+      const reader::Frame& f = s_.frames[frame];
+      text = t == kShortTree ? format::short_frame_label({s_.str(f.name), s_.str(f.filename), f.line})
+                             : analysis::frame_text(s_, frame);
     }
-    if (path.empty()) path.push_back(no_stack_);
-    return (short_tree ? short_ : all_).add(path);
+    auto [it, inserted] = ids_.try_emplace(text, static_cast<uint32_t>(strings_.size()));
+    if (inserted) strings_.push_back(text);
+    return it->second;
   }
 
   const reader::Snapshot& s_;
-  analysis::StackView short_view_;
-  StringTable strings_;
-  StackTree short_, all_;
-  uint32_t smaller_, no_stack_;
+  LiveTrees& trees_;
+  std::vector<uint32_t> remap_[2];
+  std::vector<int32_t> parent_[2];
+  std::vector<uint32_t> name_[2];
+  std::vector<std::string> strings_{""};
+  std::unordered_map<std::string, uint32_t> ids_{{"", 0}};
   std::unordered_map<reader::StackId, uint32_t> index_;
-  std::vector<std::pair<uint32_t, uint32_t>> leaves_;  // (short leaf, all leaf) per index
+  std::vector<std::pair<uint32_t, uint32_t>> leaves_;
 };
 
-void write_live(JsonWriter& j, Stacks& st, const Moment& m) {
+void write_live(JsonWriter& j, const PageTrees& st, const Moment& m) {
   j.key("live").begin_object();
-  for (int t = 0; t < 2; ++t) {
-    const bool short_tree = t == 0;
-    std::map<uint32_t, uint64_t> at;  // leaf node -> bytes (several stacks may end at one short leaf)
-    for (const StackBytes& sb : m.stacks) at[st.leaf_of(sb.stack, short_tree)] += sb.bytes;
-    if (m.other_bytes) at[st.smaller(short_tree)] += m.other_bytes;
-    j.key(short_tree ? "short" : "all").begin_array();
-    for (const auto& [node, bytes] : at) {
-      j.uinteger(node);
+  for (TreeKind t : {kShortTree, kAllTree}) {
+    j.key(t == kShortTree ? "short" : "all").begin_array();
+    for (const auto& [node, bytes] : m.live[t]) {
+      j.uinteger(st.node(t, node));
       j.uinteger(bytes);
     }
     j.end_array();
@@ -113,20 +114,20 @@ void write_live(JsonWriter& j, Stacks& st, const Moment& m) {
   j.end_object();
 }
 
-void write_top(JsonWriter& j, Stacks& st, const Moment& m) {
+void write_top(JsonWriter& j, PageTrees& st, const Moment& m) {
   j.key("top").begin_array();
   for (const LiveItem& it : m.top) {
     j.begin_object();
     j.field_uint("bytes", it.bytes);
     j.field("addr", hex(it.addr));
     j.field_uint("owner", it.owner);
-    j.field_uint("stack", st.index(it.stack));
+    j.field_uint("stack", st.stack(it.stack));
     j.end_object();
   }
   j.end_array();
 }
 
-void write_moment(JsonWriter& j, Stacks& st, const Moment& m) {
+void write_moment(JsonWriter& j, PageTrees& st, const Moment& m) {
   j.begin_object();
   j.field_int("t", m.t);
   j.field_int("entry", m.entry);
@@ -172,7 +173,7 @@ void write_series(JsonWriter& j, const std::vector<SeriesLevel>& levels) {
   j.end_array();
 }
 
-void write_leaks(JsonWriter& j, Stacks& st, const Model& model, const Moment& end) {
+void write_leaks(JsonWriter& j, PageTrees& st, const Model& model, const Moment& end) {
   j.key("leaks").begin_object();
   j.field_uint("bytes", end.allocated);
   j.field_uint("count", end.count);
@@ -191,7 +192,7 @@ void write_leaks(JsonWriter& j, Stacks& st, const Model& model, const Moment& en
   j.end_object();
 }
 
-void write_ooms(JsonWriter& j, Stacks& st, const DeviceModel& d) {
+void write_ooms(JsonWriter& j, PageTrees& st, const DeviceModel& d) {
   j.key("ooms").begin_array();
   for (size_t k = 0; k < d.ooms.size(); ++k) {
     const analysis::OomReport& r = d.ooms[k];
@@ -207,7 +208,7 @@ void write_ooms(JsonWriter& j, Stacks& st, const DeviceModel& d) {
     j.field_uint("largest_free_block_bytes", r.largest_free);
     j.field_bool("fits_without_fragmentation", r.fits_without_fragmentation());
     j.field("verdict", analysis::oom_verdict(r));
-    j.field_uint("stack", st.index(r.stack));
+    j.field_uint("stack", st.stack(r.stack));
     j.end_object();
   }
   j.end_array();
@@ -245,7 +246,7 @@ void write_layouts(JsonWriter& j, const DeviceModel& d) {
   j.end_array();
 }
 
-void write_device(JsonWriter& j, Stacks& st, const Model& model, const DeviceModel& d) {
+void write_device(JsonWriter& j, PageTrees& st, const Model& model, const DeviceModel& d) {
   j.begin_object();
   j.field_int("device", d.device);
   j.field("title", d.title);
@@ -329,7 +330,7 @@ void write_header(JsonWriter& j, const Model& m, const std::string& version) {
 
 std::string report_data_json(const Model& m, const std::string& version) {
   JsonWriter j;
-  Stacks st(*m.snapshot);
+  PageTrees st(*m.snapshot, *m.trees);
   j.begin_document();
   write_header(j, m, version);
   j.key("owners").begin_array();
@@ -339,8 +340,7 @@ std::string report_data_json(const Model& m, const std::string& version) {
   for (const DeviceModel& d : m.devices) write_device(j, st, m, d);
   j.end_array();
   // Last: every stack the devices named is known only now.
-  st.write_strings(j);
-  st.write_trees(j);
+  st.write(j);
   j.end_object();
   return j.text();
 }

@@ -107,7 +107,7 @@ LayoutView layout_view(std::string label, int64_t t, analysis::Layout layout, si
   return v;
 }
 
-DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, const Model& m,
+DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, Model& m,
                          const std::vector<uint32_t>& owner_of, const Limits& lim) {
   DeviceModel d;
   d.device = src.device;
@@ -118,13 +118,19 @@ DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, co
   auto at = [&](int64_t entry) { return entry >= 0 ? x[entry] : (x.empty() ? 0 : x.front()); };
 
   if (src.device != analysis::kHostDevice) d.ooms = analysis::find_ooms(s, src.device);
+  for (const analysis::OomReport& r : d.ooms) m.trees->keep_stack(r.stack);
   std::vector<int64_t> oom_entries;
   for (const analysis::OomReport& r : d.ooms) {
     oom_entries.push_back(static_cast<int64_t>(r.entry));
     d.oom_t.push_back(at(static_cast<int64_t>(r.entry)));
   }
   SweepInput in{src, &x, &owner_of, static_cast<uint32_t>(m.owners.size()),
-                checkpoints(x, d.history.peak_index, oom_entries, lim.moments), &lim};
+                checkpoints(x, d.history.peak_index, oom_entries, lim.moments), &lim, {}};
+  in.on_moment = [&](Moment& mo) {
+    m.trees->weigh(mo.stacks, mo.allocated, mo.live);
+    for (const LiveItem& it : mo.top) m.trees->keep_stack(it.stack);
+    mo.stacks = {};
+  };
   SweepOutput sw = sweep_history(in);
   d.series = std::move(sw.series);
   d.moments = std::move(sw.moments);
@@ -174,6 +180,7 @@ Model build_model(const reader::Snapshot& s, const std::string& file, const std:
   Model m;
   m.snapshot = &s;
   m.file = file;
+  m.trees = std::make_unique<LiveTrees>(s, limits.keep_fraction);
   std::vector<HistorySource> srcs = sources(s, devices, host);
   int64_t t0 = 0;
   for (const HistorySource& src : srcs)

@@ -4,6 +4,8 @@
 // Limits, not by the history's length, so the page stays small for any file.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,15 +15,16 @@
 #include "cli/analysis/layout.hpp"
 #include "cli/analysis/oom.hpp"
 #include "cli/reader/snapshot.hpp"
+#include "cli/report/live_trees.hpp"
 
 namespace memtrace::report {
 
 struct Limits {
   size_t moments = 240;            // evenly spread moments (the peak, OOMs and the end come on top)
-  double keep_fraction = 0.001;    // a stack is kept at a moment when it holds this share of it
+  double keep_fraction = 0.005;    // a tree node is kept when what lives below it holds this share of a moment
   size_t top = 10;                 // largest live allocations per moment
   size_t max_segments = 400;       // segments drawn per layout
-  std::vector<size_t> levels{2048, 16384, 131072};  // series buckets, coarse to fine
+  std::vector<size_t> levels{2048, 16384, 65536};  // series buckets, coarse to fine
   size_t owner_levels = 2;         // the first levels carry the split by owner
   size_t max_owners = 12;          // owners beyond these are one "other"
 };
@@ -53,8 +56,8 @@ struct Moment {
   uint64_t allocated = 0;
   uint64_t reserved = 0;
   uint64_t count = 0;                  // live allocations
-  std::vector<StackBytes> stacks;      // the stacks holding keep_fraction or more, largest first
-  uint64_t other_bytes = 0;            // the rest, together
+  std::vector<StackBytes> stacks;      // every live stack (while the sweep hands the moment over)
+  NodeBytes live[2];                   // the live set on the short and the full tree (LiveTrees)
   std::vector<uint64_t> by_owner;      // bytes per owner id
   std::vector<uint64_t> count_by_owner;
   std::vector<LiveItem> top;           // largest first
@@ -96,6 +99,7 @@ struct Model {
   bool truncated = false;
   std::vector<std::string> owners;  // owner id -> name
   std::vector<DeviceModel> devices;
+  std::unique_ptr<LiveTrees> trees;  // every moment's live set, and the stacks the page names
 };
 
 // The devices to draw (as the commands choose them) and, when `host`, the pinned host memory.

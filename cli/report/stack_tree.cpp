@@ -2,15 +2,8 @@
 
 namespace memtrace::report {
 
-uint32_t StringTable::intern(std::string_view s) {
-  if (s.empty()) return 0;
-  auto [it, inserted] = ids_.try_emplace(std::string(s), static_cast<uint32_t>(strings_.size()));
-  if (inserted) strings_.emplace_back(s);
-  return it->second;
-}
-
 uint32_t StackTree::add(const std::vector<uint32_t>& path) {
-  uint32_t node = 0;
+  uint32_t node = kRoot;
   for (uint32_t name : path) {
     const uint64_t key = (static_cast<uint64_t>(node) << 32) | name;
     auto [it, inserted] = child_.try_emplace(key, static_cast<uint32_t>(parent_.size()));

@@ -1,37 +1,27 @@
 // Stacks as one tree of distinct paths, outermost frame at the root's children, so that a page
 // holds each shared prefix once however many stacks share it (docs/report.md, "Trees").
 #pragma once
+#include <cstddef>
 #include <cstdint>
-#include <string>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace memtrace::report {
 
-// Text shared by the trees and the page: each distinct label once, 0 is "".
-class StringTable {
- public:
-  StringTable() { strings_.emplace_back(); }
-  uint32_t intern(std::string_view s);
-  const std::vector<std::string>& strings() const { return strings_; }
-
- private:
-  std::vector<std::string> strings_;
-  std::unordered_map<std::string, uint32_t> ids_;
-};
-
 class StackTree {
  public:
+  static constexpr uint32_t kRoot = 0;
+  static constexpr uint32_t kNoStack = UINT32_MAX;  // the name of the node an empty stack ends at
+
   StackTree() {
     parent_.push_back(-1);
-    name_.push_back(0);
+    name_.push_back(kNoStack);
   }
-  // The node at the end of `path` (string ids, outermost first), added where missing; the root
-  // (node 0) for an empty path.
+  // The node at the end of `path` (frame ids, outermost first), added where missing.
   uint32_t add(const std::vector<uint32_t>& path);
   const std::vector<int32_t>& parent() const { return parent_; }
   const std::vector<uint32_t>& name() const { return name_; }
+  size_t size() const { return parent_.size(); }
 
  private:
   std::vector<int32_t> parent_;

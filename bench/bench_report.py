@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""`memtrace report` at the scale the browser viewer cannot open (issue 15's targets):
+
+    python3 bench/bench_report.py --memtrace build/bin/memtrace [--entries 5000000] [--stacks 50000]
+                                  [--dir DIR] [--keep] [--memory-viz PATH/TO/MemoryViz.js]
+
+1. Generates a PyTorch-shaped snapshot (pickle protocol 4, as torch.cuda.memory._dump_snapshot
+   writes it: frame dicts and frame lists shared, compile_context/user_metadata on every entry,
+   segments of 3 blocks): ENTRIES trace entries on 2 devices, STACKS distinct stacks of 16 frames.
+   The live set climbs to ~6,000 allocations, churns, and falls to ~1,000, so the peak is mid-history.
+2. Times `memtrace report` on it (wall and CPU of the child, its peak RSS) and states the page's size.
+   Targets: written in under 10 s, under 25 MB.
+3. When the browser harness is installed (report/web/tests), loads the page in headless Chromium
+   and times navigation to first draw (window.MEMTRACE_READY). Target: under 3 s. With
+   --memory-viz, PyTorch's own viewer (its MemoryViz.js, with d3 from the local npm install) is
+   timed on the same file in the same browser.
+Not a test: figures depend on the machine; the load is printed with them.
+"""
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+
+GEN = r'''
+import gc, pickle, random, sys
+gc.disable()
+N, S, D = int(sys.argv[2]), int(sys.argv[3]), 16
+random.seed(7)
+frames = {}
+def frame(fn):
+    f = frames.get(fn)
+    if f is None:
+        f = frames[fn] = {'filename': '/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module%d.py' % (fn % 40),
+                          'line': fn % 900 + 1, 'name': 'forward_%d' % fn}
+    return f
+stacks = [None]
+for s in range(1, S + 1):
+    st = []
+    for d in range(D):
+        outer = D - 1 - d
+        spread = 1 + outer * 3 if outer < 4 else 60000
+        st.append(frame(((s * 2654435761 + d * 40503) & 0xffffffff) % spread + outer * 7))
+    stacks.append(st)
+traces = [[], []]
+t = 1767225600000000
+nxt = 0x7f0000000000
+open_ = []
+count = 0
+def push(r, action, size):
+    global t, count
+    t += 1
+    count += 1
+    traces[r[3]].append({'action': action, 'addr': r[0], 'size': size, 'stream': 0, 'time_us': t,
+                         'compile_context': '', 'user_metadata': '', 'frames': stacks[r[2]]})
+while count < N:
+    phase = count / N
+    target = 6000 if phase < 0.3 else 4000 if phase < 0.7 else 1000
+    if not open_ or random.random() < (0.7 if len(open_) < target else 0.3):
+        size = 512 * (1 + random.randrange(4096))
+        r = (nxt, size, 1 + random.randrange(S), random.randrange(2), 0, size - random.randrange(512))
+        nxt += 0x200000
+        push(r, 'segment_alloc', size)
+        push(r, 'alloc', r[5])
+        open_.append(r)
+    else:
+        k = random.randrange(len(open_))
+        r = open_[k]
+        open_[k] = open_[-1]
+        open_.pop()
+        push(r, 'free_requested', r[5])
+        push(r, 'free_completed', r[5])
+        push(r, 'segment_free', r[1])
+segments = []
+for r in sorted(open_, key=lambda r: (r[3], r[0])):
+    st = stacks[r[2]]
+    segments.append({'device': r[3], 'address': r[0], 'total_size': r[1] + 1024, 'allocated_size': r[1],
+                     'active_size': r[1], 'requested_size': r[5], 'stream': 0, 'segment_type': 'large',
+                     'segment_pool_id': (0, 0), 'is_expandable': False, 'frames': st,
+                     'blocks': [{'address': r[0], 'size': r[1], 'requested_size': r[5], 'state': 'active_allocated', 'frames': st},
+                                {'address': r[0] + r[1], 'size': 512, 'requested_size': 0, 'state': 'inactive', 'frames': []},
+                                {'address': r[0] + r[1] + 512, 'size': 512, 'requested_size': 0, 'state': 'inactive', 'frames': []}]})
+snap = {'segments': segments, 'device_traces': traces,
+        'allocator_settings': {'PYTORCH_CUDA_ALLOC_CONF': '', 'max_split_size': -1, 'garbage_collection_threshold': 0.0,
+                               'expandable_segments': False, 'roundup_power2_divisions': {str(1 << i): 0 for i in range(16)}},
+        'external_annotations': []}
+with open(sys.argv[1], 'wb') as f:
+    pickle.dump(snap, f, protocol=4)
+import os
+os._exit(0)
+'''
+
+
+def run_child(argv, env=None):
+    """Wall time, CPU time (user + system) and peak RSS of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return r, wall, cpu, after.ru_maxrss / 1024.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--memtrace', required=True)
+    ap.add_argument('--entries', type=int, default=5000000)
+    ap.add_argument('--stacks', type=int, default=50000)
+    ap.add_argument('--dir', default=os.environ.get('TMPDIR', '/tmp'))
+    ap.add_argument('--keep', action='store_true')
+    ap.add_argument('--memory-viz', help="PyTorch's MemoryViz.js, to time its viewer on the same file")
+    args = ap.parse_args()
+    snap = os.path.join(args.dir, f'memtrace_bench_report_{args.entries}.pickle')
+    page = os.path.join(args.dir, f'memtrace_bench_report_{args.entries}.html')
+    print(f'load: {os.getloadavg()[0]:.2f} (1-minute average) on {os.cpu_count()} cores')
+    if not os.path.exists(snap):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, '-c', GEN, snap, str(args.entries), str(args.stacks)], check=True)
+        print(f'generated {snap} in {time.perf_counter() - t0:.1f} s')
+    size = os.path.getsize(snap)
+    print(f'snapshot: {args.entries:,} trace entries on 2 devices, {args.stacks:,} stacks x 16 frames, '
+          f'{size / 2**20:.1f} MiB (PyTorch-shaped, pickle protocol 4)')
+    runs = []
+    for _ in range(3):
+        r, wall, cpu, rss = run_child([args.memtrace, 'report', snap, '-o', page])
+        if r.returncode != 0:
+            print(f'memtrace report failed ({r.returncode}): {r.stderr.strip()}')
+            return 1
+        runs.append((wall, cpu))
+    runs.sort()
+    wall, cpu = runs[1]
+    out = os.path.getsize(page)
+    print(f'memtrace report: {wall:.2f} s (cpu {cpu:.2f} s; median of 3), peak RSS {rss:.0f} MiB = '
+          f'{rss * 2**20 / size:.2f}x the file; page {out / 1e6:.1f} MB '
+          f'[{"under" if wall < 10 else "OVER"} 10 s, {"under" if out < 25e6 else "OVER"} 25 MB]')
+    here = os.path.dirname(os.path.abspath(__file__))
+    timer = os.path.join(here, '..', 'report', 'web', 'tests', 'time_page.mjs')
+    if os.path.exists(timer):
+        cmd = ['node', timer, page]
+        if args.memory_viz:
+            cmd += ['--memory-viz', args.memory_viz, snap]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(r.stdout.strip() or r.stderr.strip())
+    else:
+        print('(browser timing skipped: report/web/tests/time_page.mjs is not there)')
+    if not args.keep:
+        os.remove(snap)
+        os.remove(page)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
