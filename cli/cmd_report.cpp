@@ -11,6 +11,7 @@
 #include "cli/report/report_model.hpp"
 #include "cli/report/report_page.hpp"
 #include "format/atomic_file.hpp"
+#include "format/report_name.hpp"
 
 namespace memtrace::cli {
 
@@ -36,19 +37,6 @@ const CommandSpec kSpec{
     "  --lenient     read a file that breaks the format's invariants (each named on stderr)\n",
     1, 1, false, true};
 
-std::string default_output(const std::string& input) {
-  if (input == "-") return "memtrace-report.html";
-  std::string base = input;
-  for (const char* ext : {".pickle", ".pkl"}) {
-    const std::string e = ext;
-    if (base.size() > e.size() && base.compare(base.size() - e.size(), e.size(), e) == 0) {
-      base.resize(base.size() - e.size());
-      break;
-    }
-  }
-  return base + ".html";
-}
-
 std::string assets_dir() {
   if (const char* d = std::getenv("MEMTRACE_REPORT_ASSETS"); d && *d) return d;
   return install_prefix() + "/share/memtrace/report";
@@ -73,7 +61,9 @@ int cmd_report(int argc, char** argv) {
   const bool host = !cl->device && has_host_memory(*snap);
   report::Model model = report::build_model(*snap, cl->args[0], devices, host);
   const std::string page = report::assemble_page(*assets, report::report_data_json(model, MEMTRACE_VERSION));
-  const std::string out = cl->output.empty() ? default_output(cl->args[0]) : cl->output;
+  const std::string out = !cl->output.empty()    ? cl->output
+                          : cl->args[0] == "-" ? std::string("memtrace-report.html")
+                                               : format::report_path_for(cl->args[0]);
   if (out == "-") {
     std::fwrite(page.data(), 1, page.size(), stdout);
     return 0;

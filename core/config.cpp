@@ -275,6 +275,9 @@ Config parse_config(GetEnvFn getenv_fn) {
   if (const char* v = getenv_fn("MEMTRACE_SUMMARY")) {
     if (!parse_bool(v, &c.summary)) log::warn("MEMTRACE_SUMMARY='{}' is not 0 or 1; using 1", v);
   }
+  if (const char* v = getenv_fn("MEMTRACE_REPORT")) {
+    if (!parse_bool(v, &c.report)) log::warn("MEMTRACE_REPORT='{}' is not 0 or 1; using 0", v);
+  }
   if (const char* v = getenv_fn("MEMTRACE_STACKS")) parse_stacks(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_STACK_DEPTH")) {
     long long d;

@@ -22,6 +22,7 @@ using GetEnvFn = const char* (*)(const char*);
 struct Config {
   std::string output = "memtrace-%p.pickle";  // MEMTRACE_OUTPUT (template, see output/)
   bool summary = true;                        // MEMTRACE_SUMMARY
+  bool report = false;                        // MEMTRACE_REPORT: an HTML report beside each snapshot
   StackMode stacks = StackMode::Native;       // MEMTRACE_STACKS
   int stack_depth = 64;                       // MEMTRACE_STACK_DEPTH (1..256)
   bool free_stacks = false;                   // MEMTRACE_FREE_STACKS: free entries get the free's

@@ -95,6 +95,7 @@ DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const D
       si.why_not = rep.error.empty() ? why_not : std::string("see the warning above");
       si.bytes = rep.bytes;
       si.seconds = rep.seconds;
+      si.report_follows = request.report_follows;
       std::string text;
       try {
         text = format_summary(state, frames, si);

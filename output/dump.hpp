@@ -42,6 +42,7 @@ struct DumpRequest {
   std::string path_template;  // MEMTRACE_OUTPUT; empty: no snapshot (the summary says so)
   uint64_t sequence = 0;      // %n
   bool print_summary = true;
+  bool report_follows = false;  // the summary says the report is written next (MEMTRACE_REPORT=1)
   bool include_frames = true;
   unsigned symbolize_threads = 0;  // Symbolizer::prepare's threads (0: its default)
   DumpKind kind = DumpKind::Exit;  // its name goes into the snapshot's metadata

@@ -1,5 +1,7 @@
 #include "output/summary.hpp"
 
+#include "format/report_name.hpp"
+
 #include <algorithm>
 #include <iterator>
 #include <unordered_map>
@@ -220,9 +222,13 @@ std::string format_summary(const StateCopy& s, FrameSource& owners, const Summar
   put_call_sites(out, s, owners, info);
   put_history(out, s);
   // Where the snapshot went.
-  if (info.written)
+  if (info.written) {
     put_line(out, "  snapshot: {} ({}, {:.2f} s)", info.path, human_bytes(info.bytes), info.seconds);
-  else
+    if (info.report_follows)
+      put_line(out, "  report:   {} (MEMTRACE_REPORT=1: written next)", format::report_path_for(info.path));
+    else
+      put_line(out, "  see it:   memtrace report {}   (one HTML page, offline)", info.path);
+  } else
     put_line(out, "  snapshot: not written ({})", info.why_not.empty() ? std::string("no reason given") : info.why_not);
   return out;
 }

@@ -16,6 +16,7 @@ struct SummaryInfo {
   std::string why_not;  // reason it was not written (error, or "disabled")
   size_t bytes = 0;   // snapshot size
   double seconds = 0;
+  bool report_follows = false;  // MEMTRACE_REPORT=1: its HTML report is written next
   size_t max_owner_rows = 8;  // owners listed before "others"
   size_t max_site_rows = 5;   // largest live call sites listed (0: none)
 };

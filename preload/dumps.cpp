@@ -14,6 +14,7 @@
 #include "preload/deep_bind.hpp"
 #include "preload/dump_triggers.hpp"
 #include "preload/immortal.hpp"
+#include "preload/report_after_dump.hpp"
 #include "preload/session.hpp"
 #include "unwind/python_frames.hpp"
 
@@ -65,6 +66,7 @@ output::DumpRequest request_for(Session& s, DumpKind kind) {
   req.sequence = g_dump_sequence.fetch_add(1);
   // The stderr summary belongs to the end of the run; on-demand dumps say one line.
   req.print_summary = s.config.summary && at_exit;
+  req.report_follows = s.config.report;
   req.include_frames = s.config.stacks != StackMode::None;
   req.symbolize_threads = s.config.symbolize_threads;
   req.kind = kind;
@@ -88,6 +90,7 @@ void dump_now(DumpKind kind) {
   // One dump at a time; the exit dump waits for one in flight (its temporary file must not be
   // left behind), and none starts after it.
   pthread_mutex_lock(&g_dump_mutex);
+  std::string report_of;  // the snapshot to write a report of, once the lock is given back
   if (!g_exit_dump_done) {
     g_exit_dump_done = at_exit;
     if (at_exit) g_exit_dump_taken.store(true, std::memory_order_release);
@@ -99,8 +102,10 @@ void dump_now(DumpKind kind) {
       log::info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep.path, rep.bytes,
                 rep.seconds);
     if (rep.written && kind == DumpKind::Interval) keep_last_interval_dumps(*s, rep.path);
+    if (rep.written && s->config.report) report_of = rep.path;
   }
   pthread_mutex_unlock(&g_dump_mutex);
+  if (!report_of.empty()) write_report(report_of);
   t_state.in_hook = was;
   errno = saved_errno;
 }

@@ -1914,6 +1914,47 @@ def case_cli_stdin(ctx):
     check(r.rc == 0 and json.loads(r.stdout)["devices"], f"peak --json - < file\n{r.describe()}")
 
 
+@case
+def case_report_beside_snapshot(ctx):
+    """MEMTRACE_REPORT=1 writes each snapshot's HTML report beside it (issue 15), through `memtrace
+    report` run as a child that neither is profiled nor speaks on the program's stdout; the exit
+    summary names the page, or the command that writes one. A bad value: one warning, no report."""
+    ctx.need_preload()
+    ctx.need_cli()
+    ctx.need_sim("libcuda.so.1", "libcudart.so.13")
+    exe = os.path.join(ctx.examples, "leak")
+    if not os.path.isfile(exe):
+        raise Skip(f"example {exe} not built")
+    assets = os.path.join(ctx.tmp, "assets")
+    os.makedirs(assets)
+    with open(os.path.join(assets, "report.html"), "w") as f:
+        f.write("<style>/*MEMTRACE_STYLES*/</style><!--MEMTRACE_DATA--><!--MEMTRACE_SCRIPTS-->\n")
+    for name in ("styles.txt", "scripts.txt"):
+        open(os.path.join(assets, name), "w").close()
+    for value, want_report in (("1", True), ("0", False), ("maybe", False)):
+        outdir = os.path.join(ctx.tmp, f"report-{value}")
+        os.makedirs(outdir)
+        r = ctx.run([ctx.cli, "run", "--sim", "-o", os.path.join(outdir, "leak-%p.pickle"), "--", exe], preload=False,
+                    lib_path="", env={"MEMTRACE_REPORT": value, "MEMTRACE_REPORT_ASSETS": assets})
+        check(r.rc == 0, f"MEMTRACE_REPORT={value}: exit status {r.rc}\n{r.describe()}")
+        snaps = [f for f in os.listdir(outdir) if f.endswith(".pickle")]
+        pages = [f for f in os.listdir(outdir) if f.endswith(".html")]
+        check(len(snaps) == 1, f"MEMTRACE_REPORT={value}: snapshots {snaps}")
+        check("wrote " not in r.stdout, f"MEMTRACE_REPORT={value}: the report's own line reached the program's stdout\n{r.describe()}")
+        if want_report:
+            check(pages == [snaps[0][:-len(".pickle")] + ".html"], f"MEMTRACE_REPORT=1: pages {pages} beside {snaps}")
+            html = open(os.path.join(outdir, pages[0]), encoding="utf-8").read() if pages else ""
+            check("window.MEMTRACE_REPORT=" in html and '"producer":"memtrace"' in html, "the page holds no data")
+            check(f"memtrace: report: {os.path.join(outdir, pages[0]) if pages else '?'}" in r.stderr,
+                  f"the log does not say where the page is\n{r.describe()}")
+            check("MEMTRACE_REPORT=1: written next" in r.stderr, f"the summary does not name the page\n{r.describe()}")
+        else:
+            check(not pages, f"MEMTRACE_REPORT={value}: a page was written: {pages}")
+            check("see it:   memtrace report " in r.stderr, f"the summary does not name the command\n{r.describe()}")
+        warned = r.stderr.count("MEMTRACE_REPORT='maybe' is not 0 or 1")
+        check(warned == (1 if value == "maybe" else 0), f"MEMTRACE_REPORT={value}: {warned} warnings\n{r.describe()}")
+
+
 ENV_DUMP = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
             "('LD_PRELOAD', 'LD_LIBRARY_PATH', 'MEMTRACE_OUTPUT', 'MEMTRACE_SUMMARY', 'MEMTRACE_STACKS', "
             "'MEMTRACE_DEBUG')}))")
