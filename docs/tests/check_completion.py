@@ -6,7 +6,7 @@ installed memtrace takes:
   install tree (complete_line.bash drives it through COMP_WORDS/COMP_CWORD): commands, options,
   option values, snapshot files, and after `run [--] PROGRAM` the program's own completion;
 - in an interactive bash on a terminal, where readline itself puts the answer on the line
-  (`--frames=a<TAB>`, `key:value,` lists);
+  (`--frames=a<TAB>`, `key:value,` lists), sourced alone and loaded by bash-completion;
 - no more and no fewer options than each command's --help shows, values the command accepts, and
   the --alloc-conf keys the settings parser knows.
 
@@ -153,19 +153,19 @@ def check_drift(memtrace, script, cwd, source_dir):
 
 
 class Terminal:
-    """An interactive bash on a pseudo-terminal, with the completion sourced."""
+    """An interactive bash on a pseudo-terminal that has run `setup` (which loads the completion)."""
 
-    def __init__(self, script, cwd):
+    def __init__(self, setup, cwd, env):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             os.chdir(cwd)
-            env = dict(os.environ, TERM="dumb", INPUTRC="/dev/null", PS1="READY> ", HISTFILE="/dev/null")
+            env = dict(os.environ, TERM="dumb", INPUTRC="/dev/null", PS1="READY> ", HISTFILE="/dev/null", **env)
             os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env)
         self.buf = b""
         # C-x C-p prints the line readline holds; completion never reaches it, so it marks the end.
         self.send("bind 'set enable-bracketed-paste off'; bind 'set bell-style none'; "
-                  "bind -x '\"\\C-x\\C-p\": printf \"LINE<%%s>\\n\" \"$READLINE_LINE\"'; . '%s'; echo SET\"\"UP\n"
-                  % script)
+                  "bind -x '\"\\C-x\\C-p\": printf \"LINE<%%s>\\n\" \"$READLINE_LINE\"'; %s; echo SET\"\"UP\n"
+                  % setup)
         self.wait_for(rb"SETUP\r?\n.*READY> ")
 
     def send(self, s):
@@ -202,7 +202,19 @@ class Terminal:
         os.close(self.fd)
 
 
-def check_terminal(script, cwd):
+def typed(terminal, want):
+    try:
+        for line, expected in want.items():
+            got = terminal.complete(line)
+            if got != expected:
+                cs.fail("interactive bash: %r<TAB> gives %r, not %r" % (line, got, expected))
+    finally:
+        terminal.close()
+    return len(want)
+
+
+def check_terminal(script, share, cwd):
+    """Sourced alone, then loaded by bash-completion the first time memtrace is completed."""
     want = {
         "memtrace su": "memtrace summary ",
         "memtrace summary --fr": "memtrace summary --frames ",
@@ -217,15 +229,16 @@ def check_terminal(script, cwd):
             "memtrace replay a.pickle --alloc-conf=memtrace_policy:remap ",
         "memtrace run --output=no": "memtrace run --output=notes.txt ",
     }
-    t = Terminal(script, cwd)
-    try:
-        for line, expected in want.items():
-            got = t.complete(line)
-            if got != expected:
-                cs.fail("interactive bash: %r<TAB> gives %r, not %r" % (line, got, expected))
-    finally:
-        t.close()
-    return len(want)
+    n = typed(Terminal(". '%s'" % script, cwd, {}), want)
+    loaded = {
+        "memtrace su": "memtrace summary ",
+        "memtrace summary --frames=a": "memtrace summary --frames=all ",
+        "memtrace run -- ls --almost-a": "memtrace run -- ls --almost-all ",
+    }
+    user_dir = os.path.join(cwd, "no-user-completions")
+    n += typed(Terminal(". '%s'" % BASH_COMPLETION, cwd,
+                        {"XDG_DATA_DIRS": share, "BASH_COMPLETION_USER_DIR": user_dir}), loaded)
+    return n
 
 
 def main():
@@ -251,9 +264,9 @@ def main():
         plain = check_cases("plain", script, cwd, commands)
         loaded = check_cases("loader", share, cwd, commands)
         drift = check_drift(tree.memtrace, script, cwd, a.source_dir)
-        typed = check_terminal(script, cwd)
+        on_terminal = check_terminal(script, share, cwd)
     print("completion OK: %d lines sourced alone, %d loaded by bash-completion, %d typed on a terminal; "
-          "%d options, values and keys match memtrace" % (plain, loaded, typed, drift))
+          "%d options, values and keys match memtrace" % (plain, loaded, on_terminal, drift))
 
 
 if __name__ == "__main__":
