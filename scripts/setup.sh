@@ -13,12 +13,23 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ((${#missing[@]})); then
   echo "memtrace setup: installing ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# For the browser tests only (tests/browser/): Chromium, and node with npm where the machine has
+# none of its own (a NodeSource node brings its npm). Without them those tests say skipped.
+browser=()
+dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed" || browser+=(chromium)
+command -v node >/dev/null 2>&1 || browser+=(nodejs)
+command -v npm >/dev/null 2>&1 || browser+=(npm)
+if ((${#browser[@]})); then
+  echo "memtrace setup: installing ${browser[*]} (for the browser tests)" >&2
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${browser[@]}" >/dev/null; } ||
+    echo "memtrace setup: warning: could not install ${browser[*]}; the browser tests will skip" >&2
 fi
 
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
@@ -35,3 +46,9 @@ cmake --build "$BUILD_DIR" -j"$(nproc)"
 # Without a network they cannot be fetched: those tests then say skipped and why (CI, which sets
 # MEMTRACE_REQUIRE_PYTHONS=1, fails instead).
 ./scripts/fetch-pythons.sh "$BUILD_DIR/pythons" || echo "memtrace setup: some Python interpreters could not be fetched; their tests will skip" >&2
+
+# The npm packages of the browser tests (the real speedscope app, playwright-core), exactly as
+# tests/browser/package-lock.json pins them, into $BUILD_DIR/browser. Without the npm registry
+# those tests say skipped (CI, which sets MEMTRACE_REQUIRE_BROWSER=1, fails instead).
+./scripts/fetch-browser-deps.sh "$BUILD_DIR/browser" ||
+  echo "memtrace setup: warning: the browser tests' npm packages could not be installed; those tests will skip" >&2

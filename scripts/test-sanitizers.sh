@@ -2,7 +2,8 @@
 # The unit and process tests again, on a build instrumented with AddressSanitizer and
 # UndefinedBehaviorSanitizer (libmemtrace.so, the simulated device and the test programs alike),
 # into ${ASAN_BUILD_DIR:-build-asan}. Run by .ci/run after scripts/test.sh (which has installed what
-# is needed and fetched the interpreters into build/pythons, reused here).
+# is needed, fetched the interpreters into build/pythons and the browser tests' npm packages into
+# build/browser, both reused here).
 #
 # Programs memtrace is preloaded into are not instrumented themselves (Python, the shell), so the
 # sanitizer's runtime goes first in LD_PRELOAD: the process tests put it there
@@ -32,6 +33,9 @@ cmake -S . -B "$ASAN_BUILD_DIR" -DCUDA_HOME="$CUDA_HOME" -DCMAKE_BUILD_TYPE=RelW
 cmake --build "$ASAN_BUILD_DIR" -j"$(nproc)"
 if [ -d "$BUILD_DIR/pythons" ] && [ ! -e "$ASAN_BUILD_DIR/pythons" ]; then
   ln -s "$(cd "$BUILD_DIR/pythons" && pwd)" "$ASAN_BUILD_DIR/pythons"
+fi
+if [ -d "$BUILD_DIR/browser" ] && [ ! -e "$ASAN_BUILD_DIR/browser" ]; then
+  ln -s "$(cd "$BUILD_DIR/browser" && pwd)" "$ASAN_BUILD_DIR/browser"
 fi
 runtime="$(readlink -f "$(gcc -print-file-name=libasan.so)")"
 export MEMTRACE_TEST_PRELOAD_FIRST="$runtime"

@@ -2,7 +2,8 @@
 """Golden tests of the memtrace analysis commands: runs each case on the committed snapshots in
 data/ and compares exit status, stdout and stderr with expected/<case>.txt. merge's output is also
 loaded with Python's pickle and checked by output/tests/check_snapshot.py (docs/snapshot-format.md,
-"Consistency rules for a writer").
+"Consistency rules for a writer"). A speedscope file is shown indented, and checked against the
+folded output of the same command (same stacks, same bytes).
 
     python3 run_golden.py --memtrace BUILD/bin/memtrace --checker output/tests/check_snapshot.py [--update] [CASE...]
 
@@ -16,6 +17,7 @@ import os
 import pickle
 import shutil
 import gzip
+import json
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,18 @@ CASES = {
     'flamegraph_torch_end': (['flamegraph', 'torch_step.pickle'], STEP),
     'flamegraph_torch_peak': (['flamegraph', '--at', 'peak', '--device', '0', 'torch_step.pickle'], STEP),
     'flamegraph_mt_leak_file': (['flamegraph', 'mt_leak.pickle', '-o', 'leak.folded'], {}),
+    # speedscope's file format: the folded output's stacks and bytes, a profile per device
+    'flamegraph_torch_oom_speedscope': (['flamegraph', '--format', 'speedscope', 'torch_oom_p4.pickle'], {}),
+    'flamegraph_torch_oom_speedscope_all_frames': (['flamegraph', '--format', 'speedscope', '--frames', 'all',
+                                                    'torch_oom_p4.pickle'], {}),
+    'flamegraph_torch_peak_speedscope': (['flamegraph', '--format', 'speedscope', '--at', 'peak', 'torch_step.pickle'],
+                                         STEP),
+    'flamegraph_mt_nccl_speedscope_device1': (['flamegraph', '--format=speedscope', '--at', 'peak', '--device', '1',
+                                               'mt_nccl.pickle'], {}),
+    'flamegraph_mt_leak_speedscope_file': (['flamegraph', '--format', 'speedscope', '--json', 'mt_leak.pickle',
+                                            '-o', 'leak.speedscope.json'], {}),
+    'error_bad_format': (['flamegraph', '--format', 'svg', 'mt_leak.pickle'], {}),
+    'help_flamegraph': (['flamegraph', '--help'], {}),
     # ranks
     'ranks': (['ranks', 'ranks'], {}),
     'ranks_json': (['ranks', '--json', 'ranks'], {}),
@@ -101,7 +115,7 @@ CASES = {
     'help_summary': (['summary', '--help'], {}),
 }
 # Files whose content a case also shows (after the command ran).
-SHOW_FILE = {'flamegraph_mt_leak_file': 'leak.folded'}
+SHOW_FILE = {'flamegraph_mt_leak_file': 'leak.folded', 'flamegraph_mt_leak_speedscope_file': 'leak.speedscope.json'}
 SUMMARIZE = ('merge_torch_memtrace', 'merge_torch_mt_nccl')
 # The same snapshot pickled with protocols 2, 4 and 5 must read the same.
 SAME_AS = {'summary_torch_p2': 'summary_torch_p5', 'summary_torch_p4': 'summary_torch_p5'}
@@ -141,6 +155,42 @@ def prepare(work, links):
         pickle.dump(snap, f, protocol=4)
 
 
+def speedscope_problems(memtrace, work, argv, text):
+    """A speedscope file (one line of JSON) must hold what the folded output of the same command
+    holds: the same stacks (frame names joined as folded text joins them) with the same bytes,
+    summed over the devices' profiles, in bytes. Returns (the file indented, for the golden; problems)."""
+    problems = []
+    if text.count('\n') != 1 or not text.endswith('\n'):
+        problems.append('the speedscope file is not one line')
+    doc = json.loads(text)
+    if doc.get('$schema') != 'https://www.speedscope.app/file-format-schema.json':
+        problems.append('no speedscope $schema')
+    frames = doc['shared']['frames']
+    if len({json.dumps(f, sort_keys=True) for f in frames}) != len(frames):
+        problems.append('a frame is in the shared table twice')
+    got = {}
+    for prof in doc['profiles']:
+        if prof['type'] != 'sampled' or prof['unit'] != 'bytes' or len(prof['samples']) != len(prof['weights']):
+            problems.append(f'profile {prof["name"]}: not a sampled profile in bytes')
+        if prof['endValue'] - prof['startValue'] != sum(prof['weights']):
+            problems.append(f'profile {prof["name"]}: endValue is not the sum of the weights')
+        for sample, weight in zip(prof['samples'], prof['weights']):
+            names = [frames[i]['name'].replace(';', ',').replace('\n', ' ').replace('\r', ' ') for i in sample]
+            got[';'.join(names)] = got.get(';'.join(names), 0) + weight
+    folded_argv = [a for a in argv if a not in ('--format', 'speedscope', '--format=speedscope', '--json')]
+    if '-o' in folded_argv:
+        del folded_argv[folded_argv.index('-o'):folded_argv.index('-o') + 2]
+    f = subprocess.run([memtrace] + folded_argv, cwd=work, stdout=subprocess.PIPE, text=True, timeout=60)
+    want = {}
+    for line in f.stdout.splitlines():
+        stack, _, count = line.rpartition(' ')
+        want[stack] = want.get(stack, 0) + int(count)
+    if got != want:
+        problems.append(f'the speedscope file holds other stacks or bytes than the folded output:\n'
+                        f'  speedscope {got}\n  folded     {want}')
+    return json.dumps(doc, indent=1, ensure_ascii=False) + '\n', problems
+
+
 def run_case(name, memtrace, checker):
     argv, links = CASES[name]
     work = tempfile.mkdtemp(prefix='memtrace-golden-')
@@ -151,11 +201,20 @@ def run_case(name, memtrace, checker):
         env = {k: v for k, v in os.environ.items() if k != 'COLUMNS'}
         p = subprocess.run([memtrace] + argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            errors='replace', timeout=60, env=env)
-        text = f'$ memtrace {" ".join(argv)}\nexit {p.returncode}\n--- stdout\n{p.stdout}--- stderr\n{p.stderr}'
         problems = []
+        stdout = p.stdout
+        speedscope = p.returncode == 0 and any(a in ('speedscope', '--format=speedscope') for a in argv)
+        if speedscope and name not in SHOW_FILE:
+            stdout, found = speedscope_problems(memtrace, work, argv, stdout)
+            problems += found
+        text = f'$ memtrace {" ".join(argv)}\nexit {p.returncode}\n--- stdout\n{stdout}--- stderr\n{p.stderr}'
         if name in SHOW_FILE:
             with open(os.path.join(work, SHOW_FILE[name])) as f:
-                text += f'--- {SHOW_FILE[name]}\n{f.read()}'
+                shown = f.read()
+            if speedscope:
+                shown, found = speedscope_problems(memtrace, work, argv, shown)
+                problems += found
+            text += f'--- {SHOW_FILE[name]}\n{shown}'
         if name.startswith('merge_'):
             out = os.path.join(work, 'merged.pickle')
             with open(out, 'rb') as f:
