@@ -11,7 +11,7 @@ import tempfile
 # Documented (and completed) ahead of the code, by work on other branches. Each entry must go as
 # soon as the code has it: the checks fail when a pending name is found in the code, so that this
 # list never outlives its reason.
-PENDING_OPTIONS = {"flamegraph": {"--format"}}  # flamegraph --format folded|speedscope
+PENDING_OPTIONS = {}
 PENDING_VARIABLES = {"MEMTRACE_LOG_LEVEL"}  # the log level of memtrace's own messages
 
 # Where the library's code lives (not the CLI, which only sets variables for `run`, and not tests).
