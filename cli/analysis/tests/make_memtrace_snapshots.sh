@@ -14,6 +14,9 @@ run() {  # run OUT PROGRAM [VAR=VALUE...]
 }
 run mt_leak.pickle leak
 run mt_nccl.pickle nccl_allreduce SIMCUDA_DEVICES=2 RANK=1
+# Python frames: two call paths into the driver through ctypes, with the GIL released and held.
+env -u LD_PRELOAD MEMTRACE_SUMMARY=0 MEMTRACE_OUTPUT="$data/mt_python.pickle" LD_LIBRARY_PATH="$build/lib/memtrace/sim" \
+  LD_PRELOAD="$build/lib/libmemtrace.so" python3 "$data/../../../../tests/process/python_frames.py" > /dev/null
 # A ring too small for the run: the oldest entries are dropped (a truncated history).
 run mt_loop_truncated.pickle runtime_loop MEMTRACE_MAX_ENTRIES=12
 # Three ranks of a job, named without their rank: `memtrace ranks` reads it from the metadata.

@@ -44,6 +44,10 @@ CASES = {
     'summary_torch_oom_json': (['summary', '--json', 'torch_oom_p4.pickle'], {}),
     'summary_torch_oom_all_frames': (['summary', '--frames', 'all', 'torch_oom_p4.pickle'], {}),
     'peak_torch_oom': (['peak', 'torch_oom_p4.pickle'], {}),
+    # memtrace's own snapshot with Python frames (simulated device, ctypes): Python first, glue folded
+    'summary_mt_python': (['summary', 'mt_python.pickle'], {}),
+    'peak_mt_python': (['peak', 'mt_python.pickle'], {}),
+    'leaks_mt_python': (['leaks', 'mt_python.pickle'], {}),
     # pinned host memory (host_segments/host_traces): its own section, never in a device's figures
     'summary_torch_pinned': (['summary', 'torch_pinned_p4.pickle'], {}),
     'summary_torch_pinned_json': (['summary', '--json', 'torch_pinned_p4.pickle'], {}),

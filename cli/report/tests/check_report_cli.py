@@ -23,7 +23,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, '..', '..', 'analysis', 'tests', 'data')
-FILES = ['mt_leak.pickle', 'mt_nccl.pickle', 'mt_loop_truncated.pickle', 'memtrace_step.pickle',
+FILES = ['mt_leak.pickle', 'mt_python.pickle', 'mt_nccl.pickle', 'mt_loop_truncated.pickle', 'memtrace_step.pickle',
          'torch_step_p2.pickle', 'torch_later_p5.pickle', 'torch_oom_p4.pickle', 'torch_pinned_p4.pickle']
 TEMPLATE = ('<!doctype html><html><head><style>/*MEMTRACE_STYLES*/</style></head>'
             '<body><!--MEMTRACE_DATA--><!--MEMTRACE_SCRIPTS--></body></html>\n')

@@ -27,7 +27,7 @@ uint64_t sum_live(const report::NodeBytes& nb) {
   return t;
 }
 
-const char* const kFiles[] = {"mt_leak.pickle",        "mt_nccl.pickle",        "mt_loop_truncated.pickle",
+const char* const kFiles[] = {"mt_leak.pickle", "mt_python.pickle", "mt_nccl.pickle",        "mt_loop_truncated.pickle",
                               "memtrace_step.pickle",  "torch_step_p2.pickle",  "torch_later_p5.pickle",
                               "torch_oom_p4.pickle",   "torch_pinned_p4.pickle"};
 
