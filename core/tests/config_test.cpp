@@ -234,6 +234,8 @@ const std::vector<VariableCase>& variable_cases() {
        [](const Config& c) { return c.output == "memtrace-%p.pickle"; }},
       {"MEMTRACE_SUMMARY", "0", [](const Config& c) { return !c.summary; }, "maybe", "using 1",
        [](const Config& c) { return c.summary; }},
+      {"MEMTRACE_REPORT", "1", [](const Config& c) { return c.report; }, "maybe", "using 0",
+       [](const Config& c) { return !c.report; }},
       {"MEMTRACE_STACKS", "none", [](const Config& c) { return c.stacks == StackMode::None; }, "python",
        "using native", [](const Config& c) { return c.stacks == StackMode::Native; }},
       {"MEMTRACE_MAX_STACKS", "64", [](const Config& c) { return c.max_stacks == 64; }, "63", "using 1048576",
