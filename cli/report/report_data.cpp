@@ -181,7 +181,7 @@ void write_leaks(JsonWriter& j, PageTrees& st, const Model& model, const Moment&
   for (size_t o = 0; o < end.by_owner.size(); ++o) {
     if (end.count_by_owner[o] == 0) continue;
     j.begin_array();
-    j.string(model.owners[o]);
+    j.uinteger(o);  // an owner id, as everywhere in the data
     j.uinteger(end.by_owner[o]);
     j.uinteger(end.count_by_owner[o]);
     j.end_array();
