@@ -98,7 +98,8 @@ std::string assemble_page(const PageAssets& assets, const std::string& data_json
   for (const std::string& css : assets.styles) styles += escape_end_tag(css, "style") + "\n";
   std::string scripts;
   for (const std::string& js : assets.scripts) scripts += "<script>" + escape_end_tag(js, "script") + "\n</script>\n";
-  const std::string data = "<script>window.MEMTRACE_REPORT=" + escape_json(data_json) + ";</script>";
+  // An inert JSON element: the page parses it with JSON.parse, faster than a script literal.
+  const std::string data = "<script id=\"memtrace-data\" type=\"application/json\">" + escape_json(data_json) + "</script>";
   // The data goes in before the scripts are placed, so that text in it never meets a marker.
   std::string html = assets.html;
   replace_once(html, kStylesMarker, styles);

@@ -1944,7 +1944,7 @@ def case_report_beside_snapshot(ctx):
         if want_report:
             check(pages == [snaps[0][:-len(".pickle")] + ".html"], f"MEMTRACE_REPORT=1: pages {pages} beside {snaps}")
             html = open(os.path.join(outdir, pages[0]), encoding="utf-8").read() if pages else ""
-            check("window.MEMTRACE_REPORT=" in html and '"producer":"memtrace"' in html, "the page holds no data")
+            check('id="memtrace-data"' in html and '"producer":"memtrace"' in html, "the page holds no data")
             check(f"memtrace: report: {os.path.join(outdir, pages[0]) if pages else '?'}" in r.stderr,
                   f"the log does not say where the page is\n{r.describe()}")
             check("MEMTRACE_REPORT=1: written next" in r.stderr, f"the summary does not name the page\n{r.describe()}")

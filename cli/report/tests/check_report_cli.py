@@ -38,7 +38,7 @@ def check(ok, what):
 
 
 def page_data(html):
-    m = re.search(r'<script>window\.MEMTRACE_REPORT=(.*?);</script>', html, re.S)
+    m = re.search(r'<script id="memtrace-data" type="application/json">(.*?)</script>', html, re.S)
     return json.loads(m.group(1)) if m else None
 
 
@@ -73,7 +73,7 @@ def main():
             info = json.loads(r.stdout)
             html = open(out, encoding='utf-8').read()
             check(info['written_bytes'] == len(html.encode()), f'{name}: --json written_bytes')
-            check('MEMTRACE_' not in html.replace('MEMTRACE_REPORT=', ''), f'{name}: a marker was left in the page')
+            check('<!--MEMTRACE_' not in html and '/*MEMTRACE_' not in html, f'{name}: a marker was left in the page')
             check('body { margin: 0 }' in html and 'window.PAGE = "<\\/script>"' in html, f'{name}: assets not inlined')
             data = page_data(html)
             if not check(data is not None, f'{name}: no data in the page'):

@@ -12,7 +12,7 @@ TEST_CASE("the data, the styles and the scripts go where the markers are") {
   a.styles = {"body{}"};
   a.scripts = {"var lib=1;", "var page=2;"};
   CHECK(assemble_page(a, "{\"a\":1}") ==
-        "<style>body{}\n</style><script>window.MEMTRACE_REPORT={\"a\":1};</script>"
+        "<style>body{}\n</style><script id=\"memtrace-data\" type=\"application/json\">{\"a\":1}</script>"
         "<script>var lib=1;\n</script>\n<script>var page=2;\n</script>\n");
 }
 
