@@ -66,6 +66,9 @@ struct TraceEntry {
   std::optional<uint64_t> device_free;  // oom only
 };
 
+// The bulk of a big file: has_kept sits in padding, so keeping unknown keys costs entries nothing.
+static_assert(sizeof(TraceEntry) <= 64, "TraceEntry grew: see the memory note at the top");
+
 // Where the file came from: memtrace writes allocator_settings['memtrace'] (a dict); PyTorch does not.
 enum class Producer : uint8_t { kMemtrace, kPyTorch };
 

@@ -91,6 +91,7 @@ LoadResult Decoder::run(std::string_view bytes, bool drop_consumed) {
   // One budget for the whole decode: values kept while the VM runs (take()) spend it too.
   work_left_ = 16 * bytes.size() + (size_t{1} << 20);
   output_left_ = bytes.size() / 4 + 4096;
+  kept_left_ = bytes.size() / 2 + 4096;  // a kept value costs at least 2 bytes of pickle
   bool vm_ok;
   try {
     vm_ok = vm_.run(bytes, &top, &err, drop_consumed);

@@ -218,6 +218,7 @@ class Decoder final : public pickle::DictHook {
   size_t stack_frames_ = 0;
   size_t work_left_ = 0;
   size_t output_left_ = 0;
+  size_t kept_left_ = 0;  // values to_raw() may still copy (snapshot_decoder_kept.cpp)
 };
 
 }  // namespace memtrace::reader::detail

@@ -11,7 +11,10 @@ constexpr int kMaxKeptDepth = 32;
 
 format::RawId Decoder::to_raw(Value v, int depth) {
   format::RawValues& raw = snap_.raw;
-  spend(1);
+  // Values shared through the memo (or a list holding itself) could make the copy huge: past the
+  // budget, what is left is cut to None rather than refusing a file for keys nobody reads.
+  if (kept_left_ == 0) return raw.none();
+  --kept_left_;
   switch (v.tag()) {
     case Tag::kInt:
     case Tag::kNum: {
@@ -67,7 +70,6 @@ format::RawId Decoder::to_raw(Value v, int depth) {
   }
   size_t n;
   const Value* it = vm_.items(o, &n);
-  produce(n / 4 + 1);
   std::vector<format::RawId> kids(n);
   for (size_t i = 0; i < n; ++i) kids[i] = to_raw(it[i], depth + 1);
   return raw.container(k, kids.data(), kids.size());
