@@ -71,6 +71,34 @@ void PickleWriter::long1(int64_t v) {
   len_ += 2 + static_cast<size_t>(n);
 }
 
+void PickleWriter::big_unsigned(uint64_t v) {
+  if (v <= static_cast<uint64_t>(INT64_MAX)) {
+    integer(static_cast<int64_t>(v));
+    return;
+  }
+  // Nine bytes, little-endian, the last 0: positive in two's complement.
+  ensure(11);
+  uint8_t* p = end_ptr();
+  p[0] = op::kLong1;
+  p[1] = 9;
+  for (int i = 0; i < 8; ++i) p[2 + i] = static_cast<uint8_t>(v >> (8 * i));
+  p[10] = 0;
+  len_ += 11;
+}
+
+void PickleWriter::binbytes(std::string_view s) {
+  size_t n = s.size() > (size_t{1} << 30) ? size_t{1} << 30 : s.size();
+  if (n < 256) {
+    put2(op::kShortBinBytes, static_cast<uint8_t>(n));
+  } else {
+    put1(op::kBinBytes);
+    for (int i = 0; i < 4; ++i) put1(static_cast<uint8_t>(n >> (8 * i)));
+  }
+  ensure(n);
+  if (n) std::memcpy(end_ptr(), s.data(), n);
+  len_ += n;
+}
+
 void PickleWriter::float64(double d) {
   uint64_t u;
   std::memcpy(&u, &d, sizeof(u));

@@ -99,6 +99,12 @@ class PickleWriter {
   void str(std::string_view s);
   // Pops two values and pushes a 2-tuple.
   void tuple2() { put1(op::kTuple2); }
+  // Raw values written back as a reader found them (format/raw_value.hpp): an integer above
+  // INT64_MAX exactly (LONG1), bytes, and the opcodes of tuples and sets (MARK ... TUPLE,
+  // EMPTY_SET MARK ... ADDITEMS), which the caller balances itself.
+  void big_unsigned(uint64_t v);
+  void binbytes(std::string_view s);
+  void opcode(uint8_t code) { put1(code); }
 
   // Memo: store the object on top of the stack; returns its index (0, 1, 2, ... in order).
   uint32_t memoize() {

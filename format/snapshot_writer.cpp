@@ -240,11 +240,84 @@ void SnapshotWriter::begin() {
 }
 
 void SnapshotWriter::end() {
+  RawValues none;
+  end(none, 0, 0);
+}
+
+void SnapshotWriter::end(const RawValues& raw, RawId annotations, RawId top) {
   w_.key(key_name(Key::ExternalAnnotations));
-  w_.begin_list();
-  w_.end_list();
+  if (annotations && raw.node(annotations).kind == RawKind::kList) {
+    raw_value(raw, annotations, 0);
+  } else {
+    w_.begin_list();
+    w_.end_list();
+  }
+  kept_pairs(Kept{&raw, top});
   w_.end_dict();
   w_.end();
+}
+
+// ---- values kept as a reader found them ----
+
+void SnapshotWriter::raw_value(const RawValues& raw, RawId id, int depth) {
+  const RawValues::Node& n = raw.node(id);
+  const RawId* c = n.count ? raw.children(id) : nullptr;
+  // Deeper than the pickle writer nests: what is left is written as None.
+  bool too_deep = depth >= PickleWriter::kMaxDepth - 8;
+  switch (n.kind) {
+    case RawKind::kNone: w_.none(); return;
+    case RawKind::kFalse: w_.boolean(false); return;
+    case RawKind::kTrue: w_.boolean(true); return;
+    case RawKind::kInt: w_.integer(static_cast<int64_t>(n.v)); return;
+    case RawKind::kUInt: w_.big_unsigned(n.v); return;
+    case RawKind::kFloat: w_.float64(raw.real_of(id)); return;
+    case RawKind::kStr: shared_str(raw.text_of(id)); return;
+    // The viewer's unpickler reads no bytes, sets or tuples other than pairs: those are written
+    // as the nearest it reads (text, lists), a pair as a pair (docs/snapshot-format.md, "Keys kept
+    // as they were").
+    case RawKind::kBytes: w_.str(raw.text_of(id)); return;
+    case RawKind::kTuple:
+      if (n.count == 2) {
+        raw_value(raw, c[0], depth + 1);
+        raw_value(raw, c[1], depth + 1);
+        w_.tuple2();
+        return;
+      }
+      [[fallthrough]];
+    case RawKind::kSet:
+    case RawKind::kList:
+      if (too_deep) break;
+      w_.begin_list();
+      for (uint32_t i = 0; i < n.count; ++i) {
+        w_.item();
+        raw_value(raw, c[i], depth + 1);
+      }
+      w_.end_list();
+      return;
+    case RawKind::kDict:
+      if (too_deep) break;
+      w_.begin_dict();
+      for (uint32_t i = 0; i + 1 < n.count; i += 2) {
+        w_.item();
+        raw_value(raw, c[i], depth + 1);
+        raw_value(raw, c[i + 1], depth + 1);
+      }
+      w_.end_dict();
+      return;
+  }
+  w_.none();
+}
+
+void SnapshotWriter::kept_pairs(const Kept& k, std::string_view skip) {
+  if (!k.raw || !k.dict || k.raw->node(k.dict).kind != RawKind::kDict) return;
+  const RawValues::Node& n = k.raw->node(k.dict);
+  const RawId* c = k.raw->children(k.dict);
+  for (uint32_t i = 0; i + 1 < n.count; i += 2) {
+    if (!skip.empty() && k.raw->is_str(c[i], skip)) continue;
+    w_.item();
+    raw_value(*k.raw, c[i], 1);
+    raw_value(*k.raw, c[i + 1], 1);
+  }
 }
 
 void SnapshotWriter::begin_top_list(Key k) {
@@ -294,19 +367,24 @@ void SnapshotWriter::entry_dict(const Entry& e, std::string_view unshared_note) 
     w_.uinteger(static_cast<uint64_t>(e.time_us));
   else
     w_.integer(e.time_us);
-  key(Key::CompileContext);
-  constant(kEmptyValue);
-  key(Key::UserMetadata);
-  if (unshared_note.empty())
-    note(e.note);
-  else
-    w_.str(unshared_note);
+  if (!e.kept.has(key_name(Key::CompileContext))) {
+    key(Key::CompileContext);
+    constant(kEmptyValue);
+  }
+  if (!e.kept.has(key_name(Key::UserMetadata))) {
+    key(Key::UserMetadata);
+    if (unshared_note.empty())
+      note(e.note);
+    else
+      w_.str(unshared_note);
+  }
   key(Key::Category);
   write_category(e.category);
   if (e.action == Action::Oom) {
     key(Key::DeviceFree);
     exact_beside(Key::DeviceFreeExact, e.device_free);
   }
+  kept_pairs(e.kept);
   // Last, so that the first entry memoizes every key before any frame (small BINGET indices).
   if (include_frames_ && e.stack != 0) {
     key(Key::Frames);
@@ -345,10 +423,11 @@ void SnapshotWriter::block(const Block& b) {
   constant(state_constant(b.state));
   key(Key::Frames);
   frames(b.stack);
-  if (b.note && *b.note) {
+  if (b.note && *b.note && !b.kept.has(key_name(Key::UserMetadata))) {
     key(Key::UserMetadata);
     note(b.note);
   }
+  kept_pairs(b.kept);
   w_.end_dict();
 }
 
@@ -386,7 +465,7 @@ void SnapshotWriter::segment(const Segment& s, std::span<const Block> blocks) {
     else
       shared_str(s.segment_type);
   }
-  if (s.pool_id) {
+  if (s.pool_id && !s.kept.has(key_name(Key::SegmentPoolId))) {
     key(Key::SegmentPoolId);
     w_.integer(s.pool_id->first);
     w_.integer(s.pool_id->second);
@@ -396,10 +475,11 @@ void SnapshotWriter::segment(const Segment& s, std::span<const Block> blocks) {
   w_.boolean(s.is_expandable);
   key(Key::Frames);
   frames(s.stack);
-  if (s.note && *s.note) {
+  if (s.note && *s.note && !s.kept.has(key_name(Key::UserMetadata))) {
     key(Key::UserMetadata);
     note(s.note);
   }
+  kept_pairs(s.kept);
   key(Key::Blocks);
   w_.begin_list();
   // Blocks tile their segment (docs/snapshot-format.md, "Blocks tile their segment"): what lies
@@ -407,11 +487,11 @@ void SnapshotWriter::segment(const Segment& s, std::span<const Block> blocks) {
   const uint64_t end = s.address + s.total_size;
   uint64_t cursor = s.address;
   for (const Block& b : blocks) {
-    if (b.address > cursor) block(Block{cursor, b.address - cursor, 0, BlockState::Inactive, 0, nullptr});
+    if (b.address > cursor) block(Block{cursor, b.address - cursor, 0, BlockState::Inactive, 0, nullptr, {}});
     block(b);
     cursor = b.address + b.size;
   }
-  if (cursor < end) block(Block{cursor, end - cursor, 0, BlockState::Inactive, 0, nullptr});
+  if (cursor < end) block(Block{cursor, end - cursor, 0, BlockState::Inactive, 0, nullptr, {}});
   w_.end_list();
   w_.end_dict();
 }
@@ -448,6 +528,20 @@ void SnapshotWriter::setting_value(const Setting& st) {
         }
       },
       st.value);
+}
+
+void SnapshotWriter::allocator_settings(const RawValues& raw, RawId top, const Settings& memtrace) {
+  w_.key(key_name(Key::AllocatorSettings));
+  w_.begin_dict();
+  kept_pairs(Kept{&raw, top}, key_name(Key::Memtrace));
+  w_.key(key_name(Key::Memtrace));
+  w_.begin_dict();
+  for (const Setting& st : memtrace) {
+    w_.key(st.key);
+    setting_value(st);
+  }
+  w_.end_dict();
+  w_.end_dict();
 }
 
 void SnapshotWriter::allocator_settings(const Settings& top, const Settings& memtrace) {

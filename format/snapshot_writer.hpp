@@ -37,6 +37,7 @@
 #include "format/frame.hpp"
 #include "format/keys.hpp"
 #include "format/pickle_writer.hpp"
+#include "format/raw_value.hpp"
 #include "format/schema.hpp"
 #include "format/setting.hpp"
 
@@ -44,6 +45,16 @@ namespace memtrace::format {
 
 // A category (the owner of an entry), as SnapshotWriter::category() numbers them.
 using Category = uint32_t;
+
+// Keys a reader kept as they were (format/raw_value.hpp), written back into a dict: `dict` is a
+// dict in `raw`, 0 for none. A kept key replaces what the writer would write under that name when
+// the writer's own value is only a default (compile_context, user_metadata, segment_pool_id); the
+// other keys are the caller's to leave out of the kept dict. `raw` must outlive the writer.
+struct Kept {
+  const RawValues* raw = nullptr;
+  RawId dict = 0;
+  bool has(std::string_view key) const { return raw && dict && raw->find(dict, key); }
+};
 
 struct Entry {
   Action action = Action::Alloc;
@@ -56,6 +67,7 @@ struct Entry {
   const char* note = nullptr;  // user_metadata: a static string, or nullptr for ''
   Category category = 0;
   uint32_t stack = 0;  // 0: no stack, and no 'frames' key
+  Kept kept;           // keys a reader kept as they were (merge), written before 'frames'
 };
 
 struct Block {
@@ -65,6 +77,7 @@ struct Block {
   BlockState state = BlockState::ActiveAllocated;  // Other is not written: callers choose one of the three
   uint32_t stack = 0;
   const char* note = nullptr;  // user_metadata when set (a static string)
+  Kept kept;
 };
 
 struct Segment {
@@ -77,6 +90,7 @@ struct Segment {
   bool is_expandable = false;
   uint32_t stack = 0;
   const char* note = nullptr;  // user_metadata when set (a static string)
+  Kept kept;                   // written before 'blocks'
 };
 
 // The viewer's 'unknown' rule (docs/snapshot-format.md, "The viewer's 'unknown' category"): when
@@ -124,8 +138,10 @@ class SnapshotWriter {
 
   // The stream and the top-level dict.
   void begin();
-  // external_annotations (always []), then the end of the dict and the stream.
+  // external_annotations ([] unless `annotations` is a list in raw), the kept top-level keys
+  // (`top`, a dict in raw), then the end of the dict and the stream.
   void end();
+  void end(const RawValues& raw, RawId annotations, RawId top);
 
   // A top-level list (device_traces, segments, host_segments, host_traces); inside device_traces,
   // begin_list() opens one device's list. end_list() closes either.
@@ -148,6 +164,9 @@ class SnapshotWriter {
 
   // allocator_settings: `top` as given, then 'memtrace': the metadata dict.
   void allocator_settings(const Settings& top, const Settings& memtrace);
+  // The same with the top keys as a reader kept them (a dict in raw; its 'memtrace' key is
+  // replaced by `memtrace`).
+  void allocator_settings(const RawValues& raw, RawId top, const Settings& memtrace);
 
   const WriterStats& stats() const { return stats_; }
 
@@ -187,6 +206,9 @@ class SnapshotWriter {
   void entry_dict(const Entry& e, std::string_view unshared_note);
   void block(const Block& b);
   void setting_value(const Setting& st);
+  void raw_value(const RawValues& raw, RawId id, int depth);
+  // The pairs of a kept dict (keys equal to `skip` left out).
+  void kept_pairs(const Kept& k, std::string_view skip = {});
   std::string ids_key() const;
 
   PickleWriter& w_;

@@ -88,6 +88,7 @@ struct Item {
   File file;
   const reader::TraceEntry* e;
   format::Category category;
+  format::RawId kept = 0;  // the entry's kept keys, in its file's raw values
 };
 
 // Indices where each unit (an entry, or a free_requested + its free_completed) starts.
@@ -107,7 +108,8 @@ class Merger {
   Merger(const Snapshot& pt, const Snapshot& mt, const MergeOptions& o, format::PickleWriter& w)
       : pt_(pt), mt_(mt), o_(o), stacks_(pt, mt), w_(w, stacks_) {
     n_dev_ = std::max({device_count(pt), device_count(mt), o.device ? *o.device + 1 : 1, 1});
-    lists_.resize(n_dev_);
+    host_ = n_dev_;
+    lists_.resize(n_dev_ + 1);
   }
 
   MergeStats run() {
@@ -116,6 +118,7 @@ class Merger {
     for (int d = 0; d < n_dev_; ++d)
       if (wanted(d)) merge_list(d);
     const int marker_dev = plan_.list();
+    if (wanted(host_)) merge_list(host_);  // after the plan: the 'unknown' marker is for devices
 
     w_.begin();
     w_.begin_top_list(format::Key::DeviceTraces);
@@ -129,11 +132,29 @@ class Merger {
     st_.devices = static_cast<size_t>(n_dev_);
 
     w_.begin_top_list(format::Key::Segments);
-    for (const SegRef& r : segs_) segment(r);
+    for (const SegRef& r : segs_)
+      if (r.seg->device >= 0) segment(r);
     w_.end_list();
 
-    w_.allocator_settings({}, metadata());
-    w_.end();
+    // Pinned host memory, when either file has some: the same rules as a device's.
+    bool host_segs = std::any_of(segs_.begin(), segs_.end(), [](const SegRef& r) { return r.seg->device < 0; });
+    if (host_segs || !lists_[host_].empty()) {
+      w_.begin_top_list(format::Key::HostSegments);
+      for (const SegRef& r : segs_)
+        if (r.seg->device < 0) segment(r);
+      w_.end_list();
+      w_.begin_top_list(format::Key::HostTraces);
+      for (const Item& it : lists_[host_]) w_.entry(entry(it));
+      w_.end_list();
+    }
+
+    // PyTorch's allocator_settings as it wrote them, with memtrace's metadata beside them.
+    if (pt_.settings_raw)
+      w_.allocator_settings(pt_.raw, pt_.settings_raw, metadata());
+    else
+      w_.allocator_settings({}, metadata());
+    annotations();
+    w_.end(raw_, annotations_, pt_.kept_top ? raw_.copy_from(pt_.raw, pt_.kept_top) : 0);
     return st_;
   }
 
@@ -143,77 +164,121 @@ class Merger {
     const reader::Segment* seg;
   };
   const Snapshot& file(File f) const { return f == kPyTorch ? pt_ : mt_; }
-  bool wanted(int d) const { return d >= 0 && d < n_dev_ && (!o_.device || *o_.device == d); }
+  // Device d, or host_ (pinned host memory, kept when no single device was asked for).
+  bool wanted(int d) const {
+    if (d == host_) return !o_.device;
+    return d >= 0 && d < n_dev_ && (!o_.device || *o_.device == d);
+  }
+  // The index of a segment's list: its device, or host_ for device -1.
+  int list_of(const reader::Segment& seg) const { return seg.device < 0 ? host_ : seg.device; }
+  const std::vector<reader::TraceEntry>* trace_list(const Snapshot& s, int d) const {
+    if (d == host_) return &s.host_traces;
+    return d < static_cast<int>(s.device_traces.size()) ? &s.device_traces[d] : nullptr;
+  }
+  size_t kept_list(const Snapshot& s, int d) const { return d == host_ ? s.device_traces.size() : static_cast<size_t>(d); }
+
+  // external_annotations: PyTorch's and memtrace's lists, merged by time_us (PyTorch first on
+  // equal times), each marker as its file wrote it.
+  void annotations() {
+    std::vector<std::pair<int64_t, format::RawId>> all;
+    for (const Snapshot* s : {&pt_, &mt_}) {
+      const format::RawValues& r = s->raw;
+      if (!s->external_annotations || r.node(s->external_annotations).kind != format::RawKind::kList) continue;
+      const format::RawId* c = r.children(s->external_annotations);
+      for (uint32_t i = 0; i < r.node(s->external_annotations).count; ++i) {
+        int64_t t = 0;
+        if (const format::RawId* v = r.find(c[i], format::key_name(format::Key::TimeUs));
+            v && r.node(*v).kind == format::RawKind::kInt)
+          t = static_cast<int64_t>(r.node(*v).v);
+        all.emplace_back(t, raw_.copy_from(r, c[i]));
+      }
+    }
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<format::RawId> ids;
+    for (const auto& a : all) ids.push_back(a.second);
+    annotations_ = raw_.container(format::RawKind::kList, ids.data(), ids.size());
+  }
   bool mt_duplicate(int d, uint64_t addr) const { return torch_[d].contains(addr) || dup_[d].count(addr) != 0; }
 
   // PyTorch's address ranges per device over its whole kept life, and the memtrace segments (final
   // or in its trace) that overlap them: their start addresses identify every event of those
   // allocations.
   void find_duplicates() {
-    torch_.resize(n_dev_);
-    for (const reader::Segment& seg : pt_.segments)
-      if (seg.device >= 0 && seg.device < n_dev_) torch_[seg.device].add(seg.address, seg.total_size);
-    for (size_t d = 0; d < pt_.device_traces.size() && static_cast<int>(d) < n_dev_; ++d)
-      for (const reader::TraceEntry& e : pt_.device_traces[d])
-        if (is_segment_action(e.action)) torch_[d].add(e.addr, e.size);
+    torch_.resize(n_dev_ + 1);
+    for (const std::vector<reader::Segment>* v : {&pt_.segments, &pt_.host_segments})
+      for (const reader::Segment& seg : *v)
+        if (seg.device < n_dev_) torch_[list_of(seg)].add(seg.address, seg.total_size);
+    for (int d = 0; d <= n_dev_; ++d)
+      if (const auto* l = trace_list(pt_, d))
+        for (const reader::TraceEntry& e : *l)
+          if (is_segment_action(e.action)) torch_[d].add(e.addr, e.size);
     for (Ranges& r : torch_) r.finish();
 
-    dup_.resize(n_dev_);
-    for (const reader::Segment& seg : mt_.segments)
-      if (seg.device >= 0 && seg.device < n_dev_ && torch_[seg.device].overlaps(seg.address, seg.total_size))
-        dup_[seg.device].insert(seg.address);
-    for (size_t d = 0; d < mt_.device_traces.size() && static_cast<int>(d) < n_dev_; ++d)
-      for (const reader::TraceEntry& e : mt_.device_traces[d])
-        if (is_segment_action(e.action) && torch_[d].overlaps(e.addr, e.size)) dup_[d].insert(e.addr);
+    dup_.resize(n_dev_ + 1);
+    for (const std::vector<reader::Segment>* v : {&mt_.segments, &mt_.host_segments})
+      for (const reader::Segment& seg : *v)
+        if (seg.device < n_dev_ && torch_[list_of(seg)].overlaps(seg.address, seg.total_size))
+          dup_[list_of(seg)].insert(seg.address);
+    for (int d = 0; d <= n_dev_; ++d)
+      if (const auto* l = trace_list(mt_, d))
+        for (const reader::TraceEntry& e : *l)
+          if (is_segment_action(e.action) && torch_[d].overlaps(e.addr, e.size)) dup_[d].insert(e.addr);
   }
 
   // Segments of the result, sorted by (device, address), and the live bytes of each device.
   void select_segments() {
-    for (const reader::Segment& seg : pt_.segments) {
-      if (!wanted(seg.device)) continue;
-      segs_.push_back({kPyTorch, &seg});
-      ++st_.pytorch_segments;
-    }
-    for (const reader::Segment& seg : mt_.segments) {
-      if (!wanted(seg.device)) continue;
-      if (mt_duplicate(seg.device, seg.address) || torch_[seg.device].overlaps(seg.address, seg.total_size)) {
-        ++st_.memtrace_segments_dropped;
-        continue;
+    for (const std::vector<reader::Segment>* v : {&pt_.segments, &pt_.host_segments})
+      for (const reader::Segment& seg : *v) {
+        if (seg.device >= n_dev_ || !wanted(list_of(seg))) continue;
+        segs_.push_back({kPyTorch, &seg});
+        ++st_.pytorch_segments;
       }
-      segs_.push_back({kMemtrace, &seg});
-      ++st_.memtrace_segments_kept;
-      st_.memtrace_bytes_kept += seg.total_size;
-    }
+    for (const std::vector<reader::Segment>* v : {&mt_.segments, &mt_.host_segments})
+      for (const reader::Segment& seg : *v) {
+        if (seg.device >= n_dev_ || !wanted(list_of(seg))) continue;
+        int l = list_of(seg);
+        if (mt_duplicate(l, seg.address) || torch_[l].overlaps(seg.address, seg.total_size)) {
+          ++st_.memtrace_segments_dropped;
+          continue;
+        }
+        segs_.push_back({kMemtrace, &seg});
+        ++st_.memtrace_segments_kept;
+        st_.memtrace_bytes_kept += seg.total_size;
+      }
     std::stable_sort(segs_.begin(), segs_.end(), [](const SegRef& a, const SegRef& b) {
       return a.seg->device != b.seg->device ? a.seg->device < b.seg->device : a.seg->address < b.seg->address;
     });
-    live_bytes_.assign(n_dev_, 0);
+    live_bytes_.assign(n_dev_ + 1, 0);
     for (const SegRef& r : segs_)
       for (const reader::Block& b : r.seg->blocks)
-        if (is_live(b.state)) live_bytes_[r.seg->device] += b.requested_size;
+        if (is_live(b.state)) live_bytes_[list_of(*r.seg)] += b.requested_size;
   }
 
   // Device d's trace list: each file's kept entries in its own order, then merged by time.
   void merge_list(int d) {
     std::vector<Item> p, m;
-    if (d < static_cast<int>(pt_.device_traces.size()))
-      for (const reader::TraceEntry& e : pt_.device_traces[d]) {
+    if (const auto* l = trace_list(pt_, d))
+      for (size_t i = 0; i < l->size(); ++i) {
+        const reader::TraceEntry& e = (*l)[i];
         if (!keeps_action(e, pt_)) {
           ++st_.pytorch_entries_dropped;
           continue;
         }
         std::string_view cat = pt_.str(e.category);
-        p.push_back({kPyTorch, &e, w_.category(cat.empty() ? std::string_view("torch") : cat)});
+        p.push_back({kPyTorch, &e, w_.category(cat.empty() ? std::string_view("torch") : cat),
+                     e.has_kept ? pt_.kept_entry(kept_list(pt_, d), i) : 0});
       }
-    if (d < static_cast<int>(mt_.device_traces.size()))
-      for (const reader::TraceEntry& e : mt_.device_traces[d]) {
+    if (const auto* l = trace_list(mt_, d))
+      for (size_t i = 0; i < l->size(); ++i) {
+        const reader::TraceEntry& e = (*l)[i];
         bool drop = !keeps_action(e, mt_) || e.action == Action::Snapshot ||
                     (e.action != Action::Oom && mt_duplicate(d, e.addr));
         if (drop) {
           ++st_.memtrace_entries_dropped;
           continue;
         }
-        m.push_back({kMemtrace, &e, w_.category(mt_.str(e.category))});
+        m.push_back({kMemtrace, &e, w_.category(mt_.str(e.category)),
+                     e.has_kept ? mt_.kept_entry(kept_list(mt_, d), i) : 0});
       }
     st_.pytorch_entries += p.size();
     st_.memtrace_entries_kept += m.size();
@@ -230,6 +295,7 @@ class Merger {
       if (take_p) copy_unit(p, up, i++);
       else copy_unit(m, um, j++);
     }
+    if (d == host_) return;  // the 'unknown' marker concerns device lists only
     for (const Item& it : out) {
       if (w_.is_unknown(it.category)) plan_.unknown_seen();
       plan_.entry(d, it.e->time_us);
@@ -248,6 +314,7 @@ class Merger {
     x.device_free = e.device_free.value_or(0);
     x.category = it.category;
     x.stack = stacks_.id(it.file, e.stack);
+    x.kept = format::Kept{&file(it.file).raw, it.kept};
     return x;
   }
 
@@ -259,7 +326,7 @@ class Merger {
       // A state the reader did not know is written as free space, which is what the viewer makes of it.
       reader::BlockState st = b.state == reader::BlockState::Other ? reader::BlockState::Inactive : b.state;
       blocks_.push_back(format::Block{b.address, b.size, b.requested_size, st, stacks_.id(r.file, b.stack),
-                                      nullptr});
+                                      nullptr, format::Kept{&s.raw, b.kept}});
     }
     format::Segment out;
     out.device = seg.device;
@@ -269,6 +336,7 @@ class Merger {
     out.segment_type = s.str(seg.segment_type);
     out.is_expandable = seg.is_expandable;
     out.stack = stacks_.id(r.file, seg.stack);
+    out.kept = format::Kept{&s.raw, seg.kept};
     w_.segment(out, blocks_);
   }
 
@@ -295,7 +363,10 @@ class Merger {
   MergedStacks stacks_;
   format::SnapshotWriter w_;
   int n_dev_ = 1;
+  int host_ = 1;  // the list index of pinned host memory: after the devices
   MergeStats st_;
+  format::RawValues raw_;  // what this merge composes: the merged external_annotations, the top keys
+  format::RawId annotations_ = 0;
 
   std::vector<Ranges> torch_;
   std::vector<std::unordered_set<uint64_t>> dup_;

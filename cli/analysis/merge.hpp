@@ -19,6 +19,12 @@
 // PyTorch's get "torch" unless they carry one, and a `snapshot` marker with category 'unknown' is
 // appended when no entry has it (every viewer version read needs 'unknown' among the categories:
 // docs/snapshot-format.md, "The viewer's 'unknown' category").
+// What neither file's reader interprets is written back as it was: each entry's, segment's and
+// block's kept keys (user_metadata, compile_context, annotate's name and stage, new keys),
+// PyTorch's allocator_settings with memtrace's metadata beside them, both files'
+// external_annotations merged by time_us, PyTorch's other top-level keys; pinned host memory
+// (host_segments, host_traces) by the device rules, without --device only
+// (docs/snapshot-format.md, "Keys kept as they were").
 // Limits: an address PyTorch used and later released, then reused by another library, drops that
 // library's allocation too (addresses, not times, decide); clocks that disagree by more than the
 // gap between two events interleave those events in the wrong order.

@@ -260,4 +260,11 @@ LoadResult load_snapshot(const std::string& path, const LoadOptions& options) {
   return r;
 }
 
+format::RawId Snapshot::kept_entry(size_t list, size_t index) const {
+  if (list >= kept_entries.size()) return 0;
+  const auto& v = kept_entries[list];
+  auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(static_cast<uint32_t>(index), format::RawId{0}));
+  return it != v.end() && it->first == index ? it->second : 0;
+}
+
 }  // namespace memtrace::reader

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "format/raw_value.hpp"
 #include "format/schema.hpp"
 
 namespace memtrace::reader {
@@ -37,6 +38,7 @@ struct Block {
   uint64_t requested_size = 0;
   BlockState state = BlockState::Inactive;
   StackId stack = 0;
+  format::RawId kept = 0;  // its keys memtrace does not interpret, in Snapshot::raw (0: none)
 };
 
 struct Segment {
@@ -47,11 +49,13 @@ struct Segment {
   StrId segment_type = 0;  // "small" / "large" / "" when absent
   bool is_expandable = false;
   StackId stack = 0;       // the segment's own frames, when written
+  format::RawId kept = 0;  // its keys memtrace does not interpret (segment_pool_id too), in Snapshot::raw
   std::vector<Block> blocks;
 };
 
 struct TraceEntry {
   Action action = Action::Other;
+  bool has_kept = false;     // Snapshot::kept_entry() has keys for it (in the padding: no cost)
   StrId action_str = 0;      // the original string (kept for kOther)
   uint64_t addr = 0;         // absent for oom -> 0
   uint64_t size = 0;
@@ -61,6 +65,9 @@ struct TraceEntry {
   StrId category = 0;        // "" when absent
   std::optional<uint64_t> device_free;  // oom only
 };
+
+// The bulk of a big file: has_kept sits in padding, so keeping unknown keys costs entries nothing.
+static_assert(sizeof(TraceEntry) <= 64, "TraceEntry grew: see the memory note at the top");
 
 // Where the file came from: memtrace writes allocator_settings['memtrace'] (a dict); PyTorch does not.
 enum class Producer : uint8_t { kMemtrace, kPyTorch };
@@ -89,6 +96,19 @@ struct Snapshot {
   MemtraceInfo memtrace;                          // defaults when producer is kPyTorch
   // PyTorch's allocator_settings (and memtrace's), kept as "key=value" strings for display only.
   std::vector<std::pair<std::string, std::string>> settings;
+
+  // What the reader kept as it was, for `memtrace merge` to write back (docs/snapshot-format.md,
+  // "Keys kept as they were"): values in `raw`; each RawId below is 0 when there is nothing.
+  format::RawValues raw;
+  format::RawId settings_raw = 0;          // allocator_settings, the whole dict
+  format::RawId external_annotations = 0;  // the list
+  format::RawId kept_top = 0;              // a dict of the top-level keys memtrace does not read
+  // Per trace list (device_traces[d], then host_traces last): (index in the list, a dict of the
+  // entry's keys memtrace does not interpret, with user_metadata and compile_context when not
+  // ''), sorted by index. Only entries with has_kept appear.
+  std::vector<std::vector<std::pair<uint32_t, format::RawId>>> kept_entries;
+  // The kept dict of device_traces[list][index] (list == device_traces.size(): host_traces).
+  format::RawId kept_entry(size_t list, size_t index) const;
 
   std::string_view str(StrId id) const { return strings[id]; }
   int device_count() const;  // max(device_traces.size(), 1 + highest segment device)

@@ -24,6 +24,8 @@ Decoder::Decoder(const std::string& name) : name_(name), vm_(this) {
       Key::Pid,           Key::Rank,         Key::Host,              Key::Exe,         Key::Reason,
       Key::EntriesDropped, Key::AllocatorCaching, Key::Allocator,    Key::SizeExact,   Key::DeviceFreeExact,
       Key::HostSegments,  Key::HostTraces,       Key::MergedPytorchSnapshot, Key::MergedMemtraceSnapshot,
+      Key::UserMetadata,  Key::CompileContext,   Key::AllocatedSize,  Key::ActiveSize,  Key::SegmentPoolId,
+      Key::ExternalAnnotations,
   };
   for (uint32_t& id : key_) id = UINT32_MAX;  // a key not read is never found
   for (Key k : kRead) {
@@ -69,7 +71,16 @@ bool Decoder::decode_top(Value top, Problem* p) {
   if (!decode_traces(*tr, host_tr, p)) return false;
   if (!decode_segments(*seg, Key::Segments, &snap_.segments, p)) return false;
   if (host_seg && !decode_segments(*host_seg, Key::HostSegments, &snap_.host_segments, p)) return false;
-  if (const Value* s = find(o, Key::AllocatorSettings)) decode_settings(*s);
+  if (const Value* s = find(o, Key::AllocatorSettings)) {
+    decode_settings(*s);
+    if (vm_.is_kind(*s, ObjKind::kDict)) snap_.settings_raw = to_raw(*s, 0);
+  }
+  // Kept as they were for `memtrace merge` (docs/snapshot-format.md, "Keys kept as they were").
+  if (const Value* a = find(o, Key::ExternalAnnotations)) snap_.external_annotations = to_raw(*a, 0);
+  const uint32_t known[] = {key_id(Key::Segments),     key_id(Key::DeviceTraces),      key_id(Key::HostSegments),
+                            key_id(Key::HostTraces),   key_id(Key::AllocatorSettings), key_id(Key::ExternalAnnotations),
+                            vm_.intern("categories"), vm_.intern("version")};  // the viewer's own
+  snap_.kept_top = kept_pairs(o, known, sizeof(known) / sizeof(known[0]));
   return true;
 }
 
@@ -77,13 +88,23 @@ LoadResult Decoder::run(std::string_view bytes, bool drop_consumed) {
   LoadResult r;
   Value top;
   std::string err;
-  if (!vm_.run(bytes, &top, &err, drop_consumed)) {
+  // One budget for the whole decode: values kept while the VM runs (take()) spend it too.
+  work_left_ = 16 * bytes.size() + (size_t{1} << 20);
+  output_left_ = bytes.size() / 4 + 4096;
+  kept_left_ = bytes.size() / 2 + 4096;  // a kept value costs at least 2 bytes of pickle
+  bool vm_ok;
+  try {
+    vm_ok = vm_.run(bytes, &top, &err, drop_consumed);
+  } catch (const OverBudget&) {
+    r.error = LoadError{name_ + ": containers shared through the memo make this pickle decode to far more than "
+                                "its size (not a snapshot)"};
+    return r;
+  }
+  if (!vm_ok) {
     r.error = LoadError{name_ + ": " + err};
     return r;
   }
   Problem p;
-  work_left_ = 16 * bytes.size() + (size_t{1} << 20);
-  output_left_ = bytes.size() / 4 + 4096;
   bool ok;
   try {
     ok = decode_top(top, &p);

@@ -19,7 +19,11 @@
 //   with its path ("device_traces[0][17]: 'size' is a str, expected an int").
 // * Required keys: top level 'segments' and 'device_traces'; segment 'address', 'total_size',
 //   'blocks'; block 'size'; trace entry 'action'. Everything else defaults (0, "", empty stack):
-//   those are what the analyses cannot do without. Unknown keys are ignored.
+//   those are what the analyses cannot do without. Keys the analyses do not read are kept as
+//   they were (format::RawValues, snapshot_decoder_kept.cpp) for `memtrace merge` to write back:
+//   a trace entry's unknown keys, and its user_metadata and compile_context unless '' (what
+//   PyTorch writes on every entry), are made a small dict only when there is one, so an entry
+//   that carries nothing new costs nothing; segments', blocks' and top-level keys likewise.
 // * Legacy shapes: a bare list of segments (torch.cuda.memory_snapshot()) loads as segments only,
 //   with no device_traces; blocks without 'frames' but with a 'history' list (pre-2023) take
 //   history[0]['frames'] and history[0]['real_size'], as PyTorch's tools do.
@@ -136,7 +140,8 @@ class Decoder final : public pickle::DictHook {
   }
 
   // snapshot_decoder_traces.cpp
-  bool entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why);
+  // *kept (when not null) receives the dict of the entry's kept keys, 0 for none.
+  bool entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why, format::RawId* kept);
   bool frame_from_pairs(const Value* kv, size_t n_pairs, FrameId* out, std::string* why);
   bool frame_of(Value v, FrameId* out, std::string* why);
   bool stack_of(Value v, StackId* out, std::string* why);
@@ -151,6 +156,11 @@ class Decoder final : public pickle::DictHook {
 
   // snapshot_decoder.cpp
   bool decode_top(Value top, Problem* p);
+
+  // snapshot_decoder_kept.cpp: values kept as they were, into snap_.raw.
+  format::RawId to_raw(Value v, int depth);
+  // The pairs of a dict whose key is not one of `known` (string ids), as a kept dict; 0 if none.
+  format::RawId kept_pairs(uint32_t dict_obj, const uint32_t* known, size_t n_known);
 
   // snapshot_decoder_segments.cpp
   bool decode_segments(Value v, Key key, std::vector<Segment>* out, Problem* p);
@@ -203,9 +213,12 @@ class Decoder final : public pickle::DictHook {
   std::unordered_map<FrameKey, FrameId, FrameKeyHash> frame_ids_;
   std::unordered_map<std::string_view, StackId> stack_ids_;  // views of snap_.stacks[i]'s ids
   std::vector<FrameId> ids_tmp_;
+  std::vector<format::RawId> kept_tmp_;
+  std::vector<std::pair<uint32_t, format::RawId>> pool_kept_;  // by pool index, ascending
   size_t stack_frames_ = 0;
   size_t work_left_ = 0;
   size_t output_left_ = 0;
+  size_t kept_left_ = 0;  // values to_raw() may still copy (snapshot_decoder_kept.cpp)
 };
 
 }  // namespace memtrace::reader::detail

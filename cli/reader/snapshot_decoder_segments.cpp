@@ -66,6 +66,12 @@ bool Decoder::decode_segment(Value v, Key key, size_t index, std::vector<Segment
     p->what = where + ": " + quoted(Key::Blocks) + " is a " + vm_.type_name(*blocks) + ", expected a list";
     return false;
   }
+  // Recomputed by the writer from the blocks, or read above: everything else is kept.
+  const uint32_t known[] = {key_id(Key::Device),      key_id(Key::Address),       key_id(Key::TotalSize),
+                            key_id(Key::AllocatedSize), key_id(Key::ActiveSize),  key_id(Key::RequestedSize),
+                            key_id(Key::Stream),      key_id(Key::SegmentType),   key_id(Key::IsExpandable),
+                            key_id(Key::Frames),      key_id(Key::Blocks)};
+  seg.kept = kept_pairs(o, known, sizeof(known) / sizeof(known[0]));
   size_t nb;
   const Value* b = vm_.items(static_cast<uint32_t>(blocks->payload()), &nb);
   produce(nb + 1);
@@ -134,6 +140,9 @@ bool Decoder::decode_block(Value v, const std::string& where, Block* blk, Proble
     p->offset = vm_.obj(bo).offset();
     return false;
   }
+  const uint32_t known[] = {key_id(Key::Address), key_id(Key::Size),   key_id(Key::RequestedSize),
+                            key_id(Key::State),   key_id(Key::Frames), key_id(Key::History)};
+  blk->kept = kept_pairs(bo, known, sizeof(known) / sizeof(known[0]));
   return true;
 }
 

@@ -1,5 +1,6 @@
 // Trace entries, frames and stacks: made typed records while the pickle VM builds them (take()),
 // then copied into device_traces list by list (snapshot_decoder_internal.hpp, "Decisions").
+#include <algorithm>
 #include <new>
 #include <string>
 
@@ -7,8 +8,19 @@
 
 namespace memtrace::reader::detail {
 
-bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why) {
+bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why,
+                               format::RawId* kept) {
   bool have_action = false;
+  size_t kept_from = kept_tmp_.size();
+  // A key the analyses do not read: kept as it was (user_metadata and compile_context only when
+  // not '', which PyTorch writes on every entry and the writer writes by default).
+  auto keep = [&](Value k, Value v) {
+    if (!kept) return;
+    Key f = field(k);
+    if ((f == Key::UserMetadata || f == Key::CompileContext) && v.is_str() && v.payload() == 0) return;
+    kept_tmp_.push_back(to_raw(k, 1));
+    kept_tmp_.push_back(to_raw(v, 1));
+  };
   uint64_t size_exact = 0, free_exact = 0;
   // A decimal string written by memtrace beside a value capped at 2^53 - 1; anything else is ignored.
   auto exact = [&](Value v, uint64_t* out) {
@@ -70,8 +82,17 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
         exact(v, &free_exact);
         break;
       default:
+        keep(kv[2 * i], v);
         break;
     }
+  }
+  if (kept) {
+    *kept = 0;
+    if (kept_tmp_.size() > kept_from) {
+      *kept = snap_.raw.container(format::RawKind::kDict, kept_tmp_.data() + kept_from, kept_tmp_.size() - kept_from);
+      e->has_kept = true;
+    }
+    kept_tmp_.resize(kept_from);
   }
   if (size_exact) e->size = size_exact;
   if (free_exact) e->device_free = free_exact;
@@ -177,7 +198,7 @@ bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
 }
 
 void Decoder::account() {
-  vm_.set_hook_bytes(pool_bytes_ + snap_.frames.size() * (sizeof(Frame) + 64) +
+  vm_.set_hook_bytes(pool_bytes_ + snap_.raw.memory_bytes() + pool_kept_.size() * 8 + snap_.frames.size() * (sizeof(Frame) + 64) +
                      snap_.stacks.size() * 112 + stack_frames_ * sizeof(FrameId));
 }
 
@@ -192,7 +213,8 @@ bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs
   std::string why;
   if (action) {
     TraceEntry e;
-    if (pool_size_ >= UINT32_MAX - kChunk || !entry_from_pairs(kv, n_pairs, &e, &why)) return false;
+    format::RawId kept = 0;
+    if (pool_size_ >= UINT32_MAX - kChunk || !entry_from_pairs(kv, n_pairs, &e, &why, &kept)) return false;
     if (pool_size_ == chunk_start(static_cast<uint32_t>(pool_.size()))) {
       size_t bytes = chunk_capacity(static_cast<uint32_t>(pool_.size())) * sizeof(TraceEntry);
       void* p = bytes >= (size_t{2} << 20) ? std::aligned_alloc(size_t{2} << 20, bytes) : std::malloc(bytes);
@@ -204,6 +226,10 @@ bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs
     }
     uint32_t idx = pool_size_++;
     new (&pool_at(idx)) TraceEntry(e);
+    if (kept) {
+      pool_kept_.emplace_back(idx, kept);
+      if ((pool_kept_.size() & 1023) == 0) account();
+    }
     vm.make_record(obj, kTraceRecord, idx);
     return true;
   }
@@ -240,6 +266,7 @@ bool Decoder::decode_traces(Value v, const Value* host, Problem* p) {
   lists.reserve(nd + 1);
   produce(nd);
   snap_.device_traces.resize(nd);
+  snap_.kept_entries.resize(nd + 1);
   for (size_t d = 0; d < nd; ++d) {
     std::string where = key_text(Key::DeviceTraces) + ("[" + std::to_string(d) + "]");
     if (!vm_.is_kind(dev[d], ObjKind::kList) && !vm_.is_kind(dev[d], ObjKind::kTuple)) {
@@ -250,6 +277,9 @@ bool Decoder::decode_traces(Value v, const Value* host, Problem* p) {
     lists.push_back({dev[d], &snap_.device_traces[d], std::move(where)});
   }
   if (host) lists.push_back({*host, &snap_.host_traces, key_text(Key::HostTraces)});
+  auto kept_of = [&](const List& l) -> std::vector<std::pair<uint32_t, format::RawId>>& {
+    return snap_.kept_entries[l.out == &snap_.host_traces ? nd : static_cast<size_t>(l.out - snap_.device_traces.data())];
+  };
 
   // Pool chunks still referred to by the lists not yet copied (freed as soon as none is).
   std::vector<uint32_t> refs(pool_.size(), 0);
@@ -281,6 +311,14 @@ bool Decoder::decode_traces(Value v, const Value* host, Problem* p) {
         const pickle::Obj& ob = vm_.obj(o);
         if (ob.kind == ObjKind::kRecord && ob.record_kind == kTraceRecord) {
           out.push_back(pool_at(ob.payload));
+          if (out.back().has_kept) {
+            auto k = std::lower_bound(pool_kept_.begin(), pool_kept_.end(),
+                                      std::make_pair(ob.payload, format::RawId{0}));
+            if (k != pool_kept_.end() && k->first == ob.payload)
+              kept_of(l).emplace_back(static_cast<uint32_t>(out.size() - 1), k->second);
+            else
+              out.back().has_kept = false;
+          }
           // Give back a pool chunk as soon as no list still to be copied refers to it.
           uint32_t c = chunk_of(ob.payload);
           if (--refs[c] == 0) pool_[c].reset();
@@ -290,8 +328,10 @@ bool Decoder::decode_traces(Value v, const Value* host, Problem* p) {
           size_t n;
           const Value* kv = vm_.items(o, &n);
           TraceEntry te;
-          if (entry_from_pairs(kv, n / 2, &te, &why)) {
+          format::RawId kept = 0;
+          if (entry_from_pairs(kv, n / 2, &te, &why, &kept)) {
             out.push_back(te);
+            if (kept) kept_of(l).emplace_back(static_cast<uint32_t>(out.size() - 1), kept);
             continue;
           }
         }

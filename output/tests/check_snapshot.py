@@ -411,10 +411,14 @@ class Checker:
         if not isinstance(snap, dict):
             self.bad('top level is not a dict')
             return None
+        # `memtrace merge` passes PyTorch's top-level keys it does not know through unchanged.
+        st = snap.get('allocator_settings')
+        merged = isinstance(st, dict) and isinstance(st.get('memtrace'), dict) and \
+            'merged_pytorch_snapshot' in st['memtrace']
         for k in snap:
             if k in ('categories', 'version'):
                 self.bad(f'top level: {k!r} must not be written (the viewer computes it)')
-            elif k not in TOP_KEYS:
+            elif k not in TOP_KEYS and not merged:
                 self.bad(f'top level: unknown key {k!r}')
         for k in ('segments', 'device_traces'):
             if k not in snap:

@@ -280,6 +280,42 @@ def pinned_training_step():
     return s
 
 
+def newer_keys_training_step():
+    """The small training step with what newer PyTorch writes and memtrace does not interpret, for
+    `memtrace merge` to carry unchanged: user_metadata as a string and as a dict, compile_context,
+    an `annotate` entry, external_annotations (record_function scopes: name, stage, device,
+    time_us), an expandable segment with its segment_map/segment_unmap, pinned host memory, a
+    private pool id, PyTorch's full allocator_settings, and keys no version has yet at every level.
+    Only values the viewer's unpickler reads (str, int, float, bool, None, list, dict, pairs)."""
+    s = pinned_training_step()
+    d0 = s['device_traces'][0]
+    d0[1]['user_metadata'] = 'batch 3'
+    d0[2]['user_metadata'] = {'layer': 'encoder.1', 'step': 7, 'tags': ['fwd', None, 1.5]}
+    d0[3]['compile_context'] = 'Torch-Compiled Region: 0/1'
+    d0[3]['future_entry_key'] = [1, 2.5, None, True]
+    d0.insert(4, {'action': 'annotate', 'time_us': T0 + 35, 'name': 'forward', 'stage': 'START', 'device': 0,
+                  'compile_context': '', 'user_metadata': ''})
+    X = 0x7f2000000000  # an expandable segment: mapped, partly unmapped
+    d0 += [ev('segment_map', X, 4 * MiB, 100, S_FWD), ev('alloc', X, 2 * MiB, 101, S_FWD),
+           ev('segment_unmap', X + 2 * MiB, 2 * MiB, 102, S_FWD)]
+    seg = segment(0, X, [block(2 * MiB, 2 * MiB, 'active_allocated', S_FWD)], frames=S_FWD)
+    seg['is_expandable'] = True
+    s['segments'].append(seg)
+    s['segments'].sort(key=lambda x: (x['device'], x['address']))
+    s['segments'][0]['segment_pool_id'] = (1, 2)
+    s['segments'][0]['future_segment_key'] = {'owner': 'graph 3'}
+    s['segments'][0]['blocks'][0]['future_block_key'] = 'kept'
+    s['segments'][0]['blocks'][0]['user_metadata'] = 'weights'
+    s['host_traces'][1]['user_metadata'] = 'pinned batch'
+    s['host_segments'][0]['future_host_key'] = 5
+    s['external_annotations'] = [{'name': 'forward', 'stage': 'START', 'device': 0, 'time_us': T0 + 5},
+                                 {'name': 'forward', 'stage': 'END', 'device': 0, 'time_us': T0 + 45}]
+    s['allocator_settings']['graph_capture_record_stream_reuse'] = False
+    s['allocator_settings']['future_setting'] = 'on'
+    s['future_top_key'] = {'written_by': 'a newer PyTorch', 'n': [1, 2]}
+    return s
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data')
     os.makedirs(os.path.join(out, 'ranks'), exist_ok=True)
@@ -296,6 +332,7 @@ def main():
     dump('memtrace_step.pickle', memtrace_side_of_training_step(), 4)
     dump('torch_oom_p4.pickle', oom_training_step(), 4)
     dump('torch_pinned_p4.pickle', pinned_training_step(), 4)
+    dump('torch_newer_keys_p4.pickle', newer_keys_training_step(), 4)
     for rank, extra in enumerate([0, 2, -1, 60, 1]):  # rank 3 holds 60 MiB more activations
         dump(os.path.join('ranks', f'snapshot_rank{rank}.pickle'), rank_snapshot(rank, extra), 5)
 

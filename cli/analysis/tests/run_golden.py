@@ -102,6 +102,9 @@ CASES = {
     'merge_torch_memtrace_json': (['merge', '--json', 'torch_step.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'],
                                   STEP),
     'merge_torch_mt_nccl': (['merge', 'torch_step.pickle', 'mt_nccl.pickle', '-o', 'merged.pickle'], STEP),
+    # newer PyTorch keys (annotate, user_metadata, external_annotations, host memory, ...) carried
+    'merge_torch_newer_keys': (['merge', 'torch_newer_keys_p4.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'],
+                               {}),
     # bad input and bad usage: exit status 2, one line
     'error_not_a_pickle': (['summary', 'notes.txt'], {}),
     'error_truncated': (['peak', 'truncated.pickle'], {}),
@@ -120,7 +123,7 @@ CASES = {
 }
 # Files whose content a case also shows (after the command ran).
 SHOW_FILE = {'flamegraph_mt_leak_file': 'leak.folded', 'flamegraph_mt_leak_speedscope_file': 'leak.speedscope.json'}
-SUMMARIZE = ('merge_torch_memtrace', 'merge_torch_mt_nccl')
+SUMMARIZE = ('merge_torch_memtrace', 'merge_torch_mt_nccl', 'merge_torch_newer_keys')
 # The same snapshot pickled with protocols 2, 4 and 5 must read the same.
 SAME_AS = {'summary_torch_p2': 'summary_torch_p5', 'summary_torch_p4': 'summary_torch_p5'}
 
