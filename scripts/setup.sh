@@ -10,6 +10,10 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The HTML report's chart libraries come from npm, and its browser test drives Chromium. Checked by
+# command, not by package, so a Node.js installed some other way is kept.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "memtrace setup: installing ${missing[*]}" >&2
   SUDO=""
@@ -22,6 +26,21 @@ CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
   echo "memtrace setup: no CUDA toolkit headers at $CUDA_HOME/include (set CUDA_HOME)" >&2
   exit 1
+fi
+
+# The report's libraries, at the versions report/web/package-lock.json pins, before CMake looks for
+# them. Skipped when that lock file is what was installed last. Offline, npm ci serves what its
+# cache holds; failing that, the build goes on and `memtrace report` says its assets are missing.
+lock=report/web/package-lock.json
+stamp=report/web/node_modules/.memtrace-installed-lock
+if ! cmp -s "$lock" "$stamp" 2>/dev/null; then
+  log="${TMPDIR:-/tmp}/memtrace-npm-ci.log"
+  if (cd report/web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
+        --fetch-retries=1 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 --fetch-timeout=30000) >"$log" 2>&1; then
+    cp "$lock" "$stamp"
+  else
+    echo "memtrace setup: could not install the report's chart libraries (npm ci in report/web failed, offline? see $log): memtrace report will say its assets are missing" >&2
+  fi
 fi
 
 BUILD_DIR="${BUILD_DIR:-build}"

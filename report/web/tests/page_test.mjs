@@ -234,6 +234,21 @@ try {
     result.devices_drawn++;
   }
 
+  // A narrow window: the charts follow its width and the page does not scroll sideways.
+  await page.setViewportSize({ width: 720, height: 900 });
+  const narrow = await page.waitForFunction(() => {
+    const c = document.querySelector('.device .timeline canvas');
+    const svg = document.querySelector('.device [data-section="moment"] .lv-flame svg');
+    const seg = document.querySelector('.device .segments canvas');
+    const w = document.documentElement.clientWidth;
+    const ok = c && c.getBoundingClientRect().width <= w && (!svg || Number(svg.getAttribute('width')) <= w) &&
+      (!seg || seg.getBoundingClientRect().width <= w) && document.documentElement.scrollWidth <= w;
+    return ok ? { chart: Math.round(c.getBoundingClientRect().width), page: document.documentElement.scrollWidth } : false;
+  }, null, { timeout: 10000 }).then((h) => h.jsonValue()).catch(() => null);
+  check(narrow !== null, 'at 720 pixels wide the charts fit and the page does not scroll sideways');
+  await page.screenshot({ path: `${opt.out}/narrow.png`, fullPage: false });
+  shots.push('narrow.png');
+
   check(consoleErrors.length === 0, `console: ${consoleErrors.slice(0, 5).join(' / ')}`);
   check(requests.length === 0, `network requests: ${requests.slice(0, 5).join(' ')}`);
   result.requests = requests.length;
