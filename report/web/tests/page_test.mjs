@@ -179,6 +179,28 @@ try {
   shots.push('page.png');
   result.screenshots = shots;
 
+  // Hovering the chart reads out that point; hovering a segment describes it.
+  {
+    const o = await page.$('.device .timeline .u-over');
+    await o.scrollIntoViewIfNeeded();
+    const b = await o.boundingBox();
+    await page.mouse.move(b.x + b.width * 0.3, b.y + b.height * 0.5);
+    const ro = await page.evaluate(() => ({
+      where: (document.querySelector('.device .readout .ro-where') || {}).textContent,
+      values: Array.from(document.querySelectorAll('.device .legend .lg-value')).map((e) => e.textContent),
+      split: document.querySelector('.device .timeline').dataset.split,
+    }));
+    check(ro.where && !ro.where.startsWith('selected'), `hovering the chart reads out the point under the cursor (${ro.where})`);
+    check(ro.split !== 'true' || ro.values.every((v) => v !== ''), 'hovering the chart gives each owner its bytes');
+    const sc = await page.$('.device .segments canvas');
+    if (sc) {
+      await sc.scrollIntoViewIfNeeded();
+      const sb = await sc.boundingBox();
+      await page.mouse.move(sb.x + sb.width * 0.5, sb.y + 8);
+      check(await page.evaluate(() => !document.querySelector('.device .segments .tip').hidden), 'hovering a segment describes it');
+    }
+  }
+
   // A click on the chart selects the nearest moment and redraws the live set.
   const over = await page.$('.device .timeline .u-over');
   await over.scrollIntoViewIfNeeded();
