@@ -20,8 +20,10 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# For the browser tests only (tests/browser/): Chromium, and node with npm where the machine has
-# none of its own (a NodeSource node brings its npm). Without them those tests say skipped.
+# For the browser tests (tests/browser/, report/web/tests/) and the HTML report's chart libraries
+# (npm): Chromium, and node with npm where the machine has none of its own (a NodeSource node
+# brings its npm). Checked by command, so a Node.js installed some other way is kept. Without them
+# the browser tests say skipped and `memtrace report` says its assets are missing.
 browser=()
 dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed" || browser+=(chromium)
 command -v node >/dev/null 2>&1 || browser+=(nodejs)
@@ -36,6 +38,21 @@ CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
   echo "memtrace setup: no CUDA toolkit headers at $CUDA_HOME/include (set CUDA_HOME)" >&2
   exit 1
+fi
+
+# The report's libraries, at the versions report/web/package-lock.json pins, before CMake looks for
+# them. Skipped when that lock file is what was installed last. Offline, npm ci serves what its
+# cache holds; failing that, the build goes on and `memtrace report` says its assets are missing.
+lock=report/web/package-lock.json
+stamp=report/web/node_modules/.memtrace-installed-lock
+if ! cmp -s "$lock" "$stamp" 2>/dev/null; then
+  log="${TMPDIR:-/tmp}/memtrace-npm-ci.log"
+  if (cd report/web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
+        --fetch-retries=1 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 --fetch-timeout=30000) >"$log" 2>&1; then
+    cp "$lock" "$stamp"
+  else
+    echo "memtrace setup: could not install the report's chart libraries (npm ci in report/web failed, offline? see $log): memtrace report will say its assets are missing" >&2
+  fi
 fi
 
 BUILD_DIR="${BUILD_DIR:-build}"

@@ -217,6 +217,11 @@
         el('tbody', null, rows))));
   };
 
+  P.destroy = function () {
+    if (this.ro) this.ro.disconnect();
+    if (this.fg) this.fg.destroy();
+  };
+
   P.watchSize = function () {
     if (typeof ResizeObserver === 'undefined') return;
     let timer = 0;

@@ -25,15 +25,17 @@
     return (neg ? '−' : '') + s + ' ' + UNITS[u];
   };
 
-  // An axis label: as short as the step between ticks allows ("512 MiB", "1.25 GiB").
-  MT.bytesTick = function (n, step) {
-    if (n === 0) return '0';
+  // An axis's labels, all in one unit (that of its largest tick) and as precise as the ticks need:
+  // "0.5 GiB, 1.0 GiB, 1.5 GiB", not "512 MiB, 1.0 GiB".
+  MT.bytesTicks = function (splits, step) {
+    let top = 0;
+    for (const v of splits) top = Math.max(top, Math.abs(v));
     let u = 0;
-    while (u < UNITS.length - 1 && Math.abs(n) >= 1024 ** (u + 1)) u++;
-    const v = n / 1024 ** u;
-    const stepV = step / 1024 ** u;
-    const decimals = stepV >= 1 ? 0 : Math.min(3, Math.ceil(-Math.log10(stepV) + 1e-9));
-    return v.toFixed(decimals) + ' ' + UNITS[u];
+    while (u < UNITS.length - 1 && top >= 1024 ** (u + 1)) u++;
+    const vals = splits.map((v) => v / 1024 ** u);
+    let decimals = 0;
+    while (decimals < 3 && vals.some((x) => Math.abs(x * 10 ** decimals - Math.round(x * 10 ** decimals)) > 1e-6)) decimals++;
+    return vals.map((x) => (x === 0 ? '0' : x.toFixed(decimals) + ' ' + UNITS[u]));
   };
 
   MT.exactBytes = function (n) {

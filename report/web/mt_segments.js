@@ -106,6 +106,10 @@
     this.select(0);
   };
 
+  P.destroy = function () {
+    if (this.ro) this.ro.disconnect();
+  };
+
   P.setScale = function (on) {
     this.toScale = on;
     for (const b of this.scaleBtns) b.setAttribute('aria-pressed', (b.dataset.scale === 'scale') === on ? 'true' : 'false');

@@ -98,6 +98,10 @@
       return s;
     });
     this.stackOrder = this.owners.map((o) => o.id).sort((a, b) => total[b] - total[a]);
+    // The legend names the owners this device has bytes of, in a split level or at some moment.
+    const seen = total.map((s) => s > 0);
+    for (const m of this.device.moments || []) (m.by_owner || []).forEach((b, id) => { if (b > 0) seen[id] = true; });
+    this.legendOwners = this.stackOrder.filter((id) => seen[id]);
   };
 
   P.visibleCount = function (level, lo, hi) {
@@ -177,7 +181,7 @@
           size: 78,
           space: 36,
           incrs: MT.byteIncrs,
-          values: (u, splits, ax, space, incr) => splits.map((v) => MT.bytesTick(v, incr)),
+          values: (u, splits, ax, space, incr) => MT.bytesTicks(splits, incr),
           stroke: '#59636e',
           grid: { stroke: '#eaeef2', width: 1 },
           ticks: { stroke: '#d1d9e0', width: 1 },
@@ -400,7 +404,7 @@
     const el = MT.el;
     this.legendItems = new Map();
     const rows = [];
-    for (const id of this.stackOrder) {
+    for (const id of this.legendOwners) {
       const value = el('span', { class: 'lg-value' });
       const share = el('span', { class: 'lg-share' });
       this.legendItems.set(id, { value, share });

@@ -117,7 +117,8 @@
       kv('written because', h.reason || '–'),
       kv('history', span == null ? '–' : isUs ? MT.duration(span) + (started ? ', from ' + started : '') : MT.count(span) + ' entries (no times recorded)'),
       kv('entries', history, { 'data-truncated': h.truncated ? 'true' : 'false' }),
-      kv('written by', (h.producer === 'pytorch' ? 'PyTorch' : 'memtrace') + (h.memtrace_version ? ' · read by memtrace ' + h.memtrace_version : '')),
+      kv('recorded by', h.producer === 'pytorch' ? 'PyTorch (its memory snapshot)' : 'memtrace'),
+      kv('report by', 'memtrace' + (h.memtrace_version ? ' ' + h.memtrace_version : '')),
       kv('file', el('code', { text: h.file || '–' })));
     box.appendChild(dl);
     const extra = el('div', { class: 'meta-extra' });
@@ -264,7 +265,7 @@
       el('span', { class: 'ro-time', text: MT.timeLabel(m.t, unit) }),
       el('span', { class: 'ro-num' }, el('span', { class: 'k', text: 'allocated ' }), el('b', { text: MT.bytes(m.allocated_bytes), title: MT.exactBytes(m.allocated_bytes) })),
       el('span', { class: 'ro-num' }, el('span', { class: 'k', text: 'reserved ' }), el('b', { text: MT.bytes(m.reserved_bytes), title: MT.exactBytes(m.reserved_bytes) })),
-      m.entry != null ? el('span', { class: 'muted', text: 'entry ' + MT.count(m.entry) }) : null);
+      m.entry != null && unit !== 'entry' ? el('span', { class: 'muted', text: 'entry ' + MT.count(m.entry) }) : null);
     this.renderOwnerBar(m.by_owner || [], m.allocated_bytes);
     this.live.show({ live: m.live, top: m.top, rootName: 'live at ' + momentName(m) });
     if (this.timeline) this.timeline.setMoment(m);
@@ -328,7 +329,7 @@
   };
 
   D.destroy = function () {
-    if (this.timeline) this.timeline.destroy();
+    for (const v of [this.timeline, this.live, this.leakView, this.segments]) if (v) v.destroy();
   };
 
   try {

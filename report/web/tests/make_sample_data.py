@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Writes a synthetic `window.MEMTRACE_REPORT` object (docs/report.md, "The page's data") as JSON.
 
-    make_sample_data.py small|big OUT.json
+    make_sample_data.py small|entries|big OUT.json
 
 The page's browser test draws these before `memtrace report` exists, and keeps drawing them after:
 `small` has every section filled (two devices plus pinned host memory, OOMs, leaks, a merged file's
-parts); `big` is the size the page must stay responsive at (300,000 points in the finest series
+parts); `entries` is a PyTorch file with no times and the empty states (no leak, no OOM, no
+segments); `big` is the size the page must stay responsive at (300,000 points in the finest series
 level, 50,000 nodes in the full stack tree, 400 segments). The figures agree with each other the
 way the contract says they do (a moment's live bytes add up to its allocated bytes, the owners
 stack to the allocated series, a layout's blocks to its allocated bytes), so the test can check
@@ -250,7 +251,7 @@ def top_of(rng, chosen, kept, n_owners):
 def make_device(rng, spec, dev, stacks, smaller, n_owners):
     n = spec["points"]
     span_us = spec["span_us"]
-    t = sorted(rng.sample(range(span_us), n))
+    t = list(range(n)) if spec.get("entries") else sorted(rng.sample(range(span_us), n))
     peak_bytes = spec["peak_bytes"] if dev >= 0 else 2 * GiB
     allocated, peak_i = allocated_curve(rng, n, peak_bytes)
     reserved, r = [], 0
@@ -285,17 +286,20 @@ def make_device(rng, spec, dev, stacks, smaller, n_owners):
                         "live": live,
                         "by_owner": [by_owner[o][i] if o < len(by_owner) else 0 for o in range(n_owners)],
                         "top": top_of(rng, chosen, kept, n_owners if dev >= 0 else 1)})
-    leak_total = allocated[-1] // 3 // 512 * 512
+    leak_total = 0 if spec.get("entries") else allocated[-1] // 3 // 512 * 512
     llive, lchosen, lkept = live_sets(rng, stacks, smaller, leak_total, spec["live_stacks"] // 2)
     leak_by_owner = split(rng, leak_total, n_owners if dev >= 0 else 1)
     leaks = {"bytes": leak_total, "count": len(lchosen) * 3,
              "by_owner": [[o, b, 3 * len(lchosen) // len(leak_by_owner)] for o, b in enumerate(leak_by_owner)],
              "live": llive,
              "top": top_of(rng, lchosen, lkept, n_owners if dev >= 0 else 1)}
+    if not leak_total:
+        leaks = {"bytes": 0, "count": 0, "by_owner": [], "live": {"short": [], "all": []}, "top": []}
     layouts = []
-    segs = segments_for(rng, allocated[peak_i], spec["segments"], spec["big_segments"])
     omitted = spec["segments_omitted"]
-    layouts.append(layout("peak", t[peak_i], peak_i, segs, omitted, omitted * 2 * MiB, None))
+    if spec["segments"]:
+        segs = segments_for(rng, allocated[peak_i], spec["segments"], spec["big_segments"])
+        layouts.append(layout("peak", t[peak_i], peak_i, segs, omitted, omitted * 2 * MiB, None))
     for k, i in enumerate(oom_is):
         segs = segments_for(rng, allocated[i], spec["segments"], spec["big_segments"])
         lay = layout("out of memory %d" % (k + 1), t[i], i, segs, omitted, omitted * 2 * MiB, None)
@@ -327,6 +331,12 @@ SPECS = {
               "buckets": [500], "owner_levels": 1, "ooms": [0.8], "annotations": 6, "moments": 40,
               "live_stacks": 60, "stacks": 300, "nodes": 3000, "segments": 40, "segments_omitted": 0,
               "big_segments": 0.3},
+    # A PyTorch file without times (x is the entry index), one device, nothing leaked, no segments
+    # recorded: the page's empty states.
+    "entries": {"devices": [0], "points": 2500, "span_us": 2500, "peak_bytes": 6 * GiB, "entries": True,
+                "buckets": [400], "owner_levels": 1, "ooms": [], "annotations": 0, "moments": 20,
+                "live_stacks": 30, "stacks": 100, "nodes": 800, "segments": 0, "segments_omitted": 0,
+                "big_segments": 0.3},
     "big": {"devices": [0, -1], "points": 300_000, "span_us": 4 * 3600 * 1_000_000, "peak_bytes": 78 * GiB,
             "buckets": [2000, 8000, 40000], "owner_levels": 2, "ooms": [0.7, 0.9], "annotations": 120,
             "moments": 240, "live_stacks": 600, "stacks": 8000, "nodes": 50_000, "segments": 400,
@@ -336,7 +346,7 @@ SPECS = {
 
 def main():
     if len(sys.argv) != 3 or sys.argv[1] not in SPECS:
-        print("usage: make_sample_data.py small|big OUT.json", file=sys.stderr)
+        print("usage: make_sample_data.py small|entries|big OUT.json", file=sys.stderr)
         return 2
     name = sys.argv[1]
     spec = SPECS[name]
@@ -348,16 +358,17 @@ def main():
                            d, stacks, smaller, len(owners)) for d in spec["devices"]]
     data = {
         "schema_version": 1,
-        "header": {"file": "/scratch/run42/memtrace-%s.pickle" % name, "producer": "memtrace",
+        "header": {"file": "/scratch/run42/memtrace-%s.pickle" % name,
+                   "producer": "pytorch" if spec.get("entries") else "memtrace",
                    "exe": "/usr/bin/python3 train.py --model llama-7b --batch 8" + (
                        " --tag '</script><!--<b>x</b>'" if name == "small" else ""), "pid": 48213, "rank": 0,
                    "host": "gpu-node-017", "reason": "exit", "t0_us": 1_767_000_000_000_000,
-                   "x_unit": "us", "first_us": 0, "last_us": spec["span_us"],
+                   "x_unit": "entry" if spec.get("entries") else "us", "first_us": 0, "last_us": spec["span_us"],
                    "truncated": name == "big", "entries_dropped": 1_250_000 if name == "big" else 0,
-                   "settings": [["MEMTRACE_RING_ENTRIES", "500000"], ["MEMTRACE_STACK_DEPTH", "64"],
+                   "settings": [] if spec.get("entries") else [["MEMTRACE_RING_ENTRIES", "500000"], ["MEMTRACE_STACK_DEPTH", "64"],
                                 ["MEMTRACE_PYTHON_FRAMES", "1"], ["MEMTRACE_DUMP_ON", "exit,oom,SIGUSR2"]],
-                   "parts": [{"owner": "pytorch", "segments": 212, "bytes": 61 * GiB},
-                             {"owner": "memtrace", "segments": 35, "bytes": 9 * GiB}],
+                   "parts": [] if spec.get("entries") else [{"owner": "pytorch", "segments": 212, "bytes": 61 * GiB},
+                                                            {"owner": "memtrace", "segments": 35, "bytes": 9 * GiB}],
                    "memtrace_version": "0.1.0"},
         "strings": strings.list,
         "owners": owners,

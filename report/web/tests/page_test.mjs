@@ -179,6 +179,28 @@ try {
   shots.push('page.png');
   result.screenshots = shots;
 
+  // Hovering the chart reads out that point; hovering a segment describes it.
+  {
+    const o = await page.$('.device .timeline .u-over');
+    await o.scrollIntoViewIfNeeded();
+    const b = await o.boundingBox();
+    await page.mouse.move(b.x + b.width * 0.3, b.y + b.height * 0.5);
+    const ro = await page.evaluate(() => ({
+      where: (document.querySelector('.device .readout .ro-where') || {}).textContent,
+      values: Array.from(document.querySelectorAll('.device .legend .lg-value')).map((e) => e.textContent),
+      split: document.querySelector('.device .timeline').dataset.split,
+    }));
+    check(ro.where && !ro.where.startsWith('selected'), `hovering the chart reads out the point under the cursor (${ro.where})`);
+    check(ro.split !== 'true' || ro.values.every((v) => v !== ''), 'hovering the chart gives each owner its bytes');
+    const sc = await page.$('.device .segments canvas');
+    if (sc) {
+      await sc.scrollIntoViewIfNeeded();
+      const sb = await sc.boundingBox();
+      await page.mouse.move(sb.x + sb.width * 0.5, sb.y + 8);
+      check(await page.evaluate(() => !document.querySelector('.device .segments .tip').hidden), 'hovering a segment describes it');
+    }
+  }
+
   // A click on the chart selects the nearest moment and redraws the live set.
   const over = await page.$('.device .timeline .u-over');
   await over.scrollIntoViewIfNeeded();
@@ -233,6 +255,21 @@ try {
     if (g.device < 0) await shoot('.device', 'pinned-host.png');
     result.devices_drawn++;
   }
+
+  // A narrow window: the charts follow its width and the page does not scroll sideways.
+  await page.setViewportSize({ width: 720, height: 900 });
+  const narrow = await page.waitForFunction(() => {
+    const c = document.querySelector('.device .timeline canvas');
+    const svg = document.querySelector('.device [data-section="moment"] .lv-flame svg');
+    const seg = document.querySelector('.device .segments canvas');
+    const w = document.documentElement.clientWidth;
+    const ok = c && c.getBoundingClientRect().width <= w && (!svg || Number(svg.getAttribute('width')) <= w) &&
+      (!seg || seg.getBoundingClientRect().width <= w) && document.documentElement.scrollWidth <= w;
+    return ok ? { chart: Math.round(c.getBoundingClientRect().width), page: document.documentElement.scrollWidth } : false;
+  }, null, { timeout: 10000 }).then((h) => h.jsonValue()).catch(() => null);
+  check(narrow !== null, 'at 720 pixels wide the charts fit and the page does not scroll sideways');
+  await page.screenshot({ path: `${opt.out}/narrow.png`, fullPage: false });
+  shots.push('narrow.png');
 
   check(consoleErrors.length === 0, `console: ${consoleErrors.slice(0, 5).join(' / ')}`);
   check(requests.length === 0, `network requests: ${requests.slice(0, 5).join(' ')}`);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The report page's browser test (ctest: report_page): for a small and a big synthetic data object
-(make_sample_data.py), assembles the page from the build's assets the way `memtrace report` does
-(assemble_page.py) and drives it in headless Chromium (page_test.mjs).
+"""The report page's browser test (ctest: report_page): for each synthetic data object of
+make_sample_data.py (small, entries, big), assembles the page from the build's assets the way
+`memtrace report` does (assemble_page.py) and drives it in headless Chromium (page_test.mjs).
 
     run_page_test.py --assets BUILD/share/memtrace/report --out DIR [--cases small,big]
 
@@ -49,7 +49,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--assets", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--cases", default="small,big")
+    ap.add_argument("--cases", default="small,entries,big")
     opts = ap.parse_args()
 
     node = shutil.which("node")
