@@ -68,13 +68,16 @@ std::vector<int64_t> positions(const std::vector<reader::TraceEntry>& tr, bool t
 }
 
 // The entries whose states the page keeps: the peak, each OOM, the end, and `count` more spread
-// evenly over the time axis (the last entry at or before each target time).
+// evenly over the time axis (the last entry at or before each target time); every state, the one
+// before the first entry included, when the history has no more entries than that.
 std::vector<int64_t> checkpoints(const std::vector<int64_t>& x, int64_t peak, const std::vector<int64_t>& ooms, size_t count) {
   std::vector<int64_t> cp{peak};
   cp.insert(cp.end(), ooms.begin(), ooms.end());
   const int64_t n = static_cast<int64_t>(x.size());
   cp.push_back(n - 1);
-  if (n > 0 && count > 0) {
+  if (n > 0 && static_cast<size_t>(n) <= count) {  // a short history: every state is a moment
+    for (int64_t e = -1; e < n; ++e) cp.push_back(e);
+  } else if (n > 0 && count > 0) {
     const bool sorted = std::is_sorted(x.begin(), x.end());
     const int64_t first = x.front(), span = x.back() - x.front();
     for (size_t k = 1; k <= count; ++k) {

@@ -59,7 +59,7 @@
       return fail('Its chart libraries are missing: the report was written without its assets (run scripts/setup.sh, rebuild, and write it again).');
     }
     const h = R.header || {};
-    if (h.last_us != null && h.first_us != null) MT.setSpan(h.last_us - h.first_us);
+    if (h.last != null && h.first != null) MT.setSpan(h.last - h.first);
     timed('header', renderHeader);
     const devices = R.devices || [];
     const nav = document.getElementById('devices');
@@ -99,11 +99,11 @@
     document.title = 'memtrace report · ' + prog + (h.host ? ' on ' + h.host : '');
     const box = document.getElementById('header');
     box.dataset.section = 'header';
-    const span = h.last_us != null && h.first_us != null ? h.last_us - h.first_us : null;
+    const span = h.last != null && h.first != null ? h.last - h.first : null;
     const isUs = h.x_unit !== 'entry';
     let started = null;
     if (isUs && h.t0_us > 1e14) {
-      const d = new Date((h.t0_us + (h.first_us || 0)) / 1000);
+      const d = new Date((h.t0_us + (h.first || 0)) / 1000);
       started = d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC');
     }
     const history = h.truncated
@@ -112,7 +112,7 @@
     const dl = el('dl', { class: 'meta' },
       kv('program', el('code', { text: exe })),
       kv('pid', h.pid != null ? String(h.pid) : '–'),
-      kv('rank', h.rank != null && h.rank >= 0 ? String(h.rank) : '–'),
+      kv('rank', h.rank != null && h.rank !== '' ? String(h.rank) : '–'),
       kv('host', h.host || '–'),
       kv('written because', h.reason || '–'),
       kv('history', span == null ? '–' : isUs ? MT.duration(span) + (started ? ', from ' + started : '') : MT.count(span) + ' entries (no times recorded)'),
@@ -126,13 +126,14 @@
       extra.appendChild(el('div', { class: 'parts' },
         el('h3', { text: 'A merged file: its parts' }),
         el('table', { class: 'grid compact' },
-          el('thead', null, el('tr', null, el('th', { text: 'from' }), el('th', { class: 'num', text: 'segments' }), el('th', { class: 'num', text: 'bytes' }))),
+          el('thead', null, el('tr', null, el('th', { text: 'owner' }), el('th', { text: 'recorded by' }), el('th', { class: 'num', text: 'live at the end' }))),
           el('tbody', null, h.parts.map((p) => el('tr', null, el('td', { text: p.owner }),
-            el('td', { class: 'num', text: MT.count(p.segments) }), el('td', { class: 'num', text: MT.bytes(p.bytes), title: MT.exactBytes(p.bytes) })))))));
+            el('td', { text: p.source === 'pytorch' ? 'PyTorch' : 'memtrace', title: p.from || '' }),
+            el('td', { class: 'num', text: MT.bytes(p.live_bytes), title: MT.exactBytes(p.live_bytes) })))))));
     }
     if (h.settings && h.settings.length) {
       extra.appendChild(el('details', { class: 'settings' },
-        el('summary', { text: 'memtrace settings (' + h.settings.length + ')' }),
+        el('summary', { text: 'allocator settings (' + h.settings.length + ')' }),
         el('table', { class: 'grid compact' }, el('tbody', null,
           h.settings.map(([k, v]) => el('tr', null, el('td', null, el('code', { text: k })), el('td', null, el('code', { text: String(v) }))))))));
     }
