@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake python3 libunwind-dev libfmt-dev catch2
+PACKAGES=(build-essential cmake python3 libunwind-dev libfmt-dev libspdlog-dev catch2
           libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev patchelf binutils universal-ctags)
 missing=()
 for p in "${PACKAGES[@]}"; do
