@@ -1145,6 +1145,33 @@ def case_log_levels(ctx):
 
 
 @case
+def case_own_spdlog(ctx):
+    """A program that links its own spdlog and fmt (Debian's shared libraries), sets spdlog's global
+    level to trace and its own pattern: memtrace's copies (header-only, hidden) neither clash with
+    them nor take their settings. The program logs as it would alone, memtrace's logger is not in
+    its registry, memtrace's one configuration warning comes out in memtrace's form, and no debug
+    line of memtrace's appears."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("own_spdlog")
+    ldd = shutil.which("ldd")
+    if ldd:
+        linked = subprocess.run([ldd, prog], stdout=subprocess.PIPE, text=True).stdout
+        check("libspdlog" in linked, f"test design: {prog} does not link the shared libspdlog:\n{linked}")
+    plain = ctx.run([prog], preload=False)
+    expect_ok(plain, "own_spdlog without memtrace")
+    r, snap = traced_and_checked(ctx, [prog], env={"MEMTRACE_SYMBOLIZE_THREADS": "many"})
+    same_story(plain, r, "own_spdlog")
+    for line in ("own info before cuda 1", "own debug after cuda 2", "REGISTRY memtrace 0"):
+        check(line in r.stdout.splitlines(), f"'{line}' missing from the program's output\n{r.describe()}")
+    warns = r.warnings()
+    check(len(warns) == 1 and "MEMTRACE_SYMBOLIZE_THREADS='many'" in warns[0],
+          f"expected memtrace's one warning, got {warns}\n{r.describe()}")
+    check("memtrace: debug" not in r.stderr, f"the program's spdlog level reached memtrace's logger\n{r.describe()}")
+    check(re.search(r"^memtrace: summary", r.stderr, re.M), f"no exit summary\n{r.describe()}")
+
+
+@case
 def case_summary_off(ctx):
     ctx.need_preload()
     ctx.need_sim()
