@@ -104,9 +104,14 @@ void use_fd2() {
 
 int use_file(const char* path) {
   int saved = errno;
-  int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+  // Non-blocking only for the open: a FIFO nobody reads fails (ENXIO) instead of holding the
+  // program at load; lines are then written blocking, as to any file.
+  int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
   int err = fd < 0 ? errno : 0;
-  if (fd >= 0) replace_destination(high_descriptor(fd));
+  if (fd >= 0) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    replace_destination(high_descriptor(fd));
+  }
   errno = saved;
   return err;
 }

@@ -164,6 +164,15 @@ TEST_CASE("a log file is created 0600 whatever the umask, appended to, and never
   ::rmdir(dir.c_str());
 }
 
+TEST_CASE("a FIFO nobody reads is refused at once, not waited on") {
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/log.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(log::use_file(fifo.c_str()) == ENXIO);
+  std::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST_CASE("a log file that cannot be opened: one warning on stderr, and stderr it is") {
   StderrCapture cap;
   CHECK_FALSE(log::set_destination("/proc/nonexistent/memtrace.log"));
