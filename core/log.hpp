@@ -44,7 +44,8 @@ void write_line(const char* data, size_t n);
 // From now on, write to a duplicate of the current stderr, taken now. Called as memtrace loads.
 void use_stderr();
 // From now on, write to the file at `path` (appended, created 0600, not through a symbolic
-// link). 0 on success; otherwise the open's errno, and the destination is unchanged.
+// link; a FIFO without a reader fails at once). 0 on success; otherwise the open's errno, and the
+// destination is unchanged.
 int use_file(const char* path);
 // Back to writing to whatever fd 2 is at each write, as before any of the above (tests).
 void use_fd2();
