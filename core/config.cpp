@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/cold_log.hpp"
 #include "core/event.hpp"
 #include "core/log.hpp"
 #include "format/units.hpp"
@@ -138,7 +139,7 @@ void parse_stacks(const char* v, Config* c) {
   else if (iequals(s, "native"))
     c->stacks = StackMode::Native;
   else
-    log::warn("MEMTRACE_STACKS='{}' is not none or native; using native", v);
+    log::cold().warn("MEMTRACE_STACKS='{}' is not none or native; using native", v);
 }
 
 void parse_symbolize_threads(const char* v, Config* c) {
@@ -148,7 +149,7 @@ void parse_symbolize_threads(const char* v, Config* c) {
   else if (parse_int(v, 1, 64, &n))
     c->symbolize_threads = static_cast<unsigned>(n);
   else
-    log::warn("MEMTRACE_SYMBOLIZE_THREADS='{}' is not auto or a whole number from 1 to 64; using auto", v);
+    log::cold().warn("MEMTRACE_SYMBOLIZE_THREADS='{}' is not auto or a whole number from 1 to 64; using auto", v);
 }
 
 void parse_python(const char* v, Config* c) {
@@ -160,7 +161,7 @@ void parse_python(const char* v, Config* c) {
   else if (m == "off" || m == "0")
     c->python = PythonMode::Off;
   else
-    log::warn("MEMTRACE_PYTHON='{}' is not auto, gil or off; using auto", v);
+    log::cold().warn("MEMTRACE_PYTHON='{}' is not auto, gil or off; using auto", v);
 }
 
 void parse_allocator(const char* v, Config* c) {
@@ -170,7 +171,7 @@ void parse_allocator(const char* v, Config* c) {
   else if (iequals(m, "caching"))
     c->allocator = AllocatorMode::Caching;
   else
-    log::warn("MEMTRACE_ALLOCATOR='{}' is not passthrough or caching; using passthrough", v);
+    log::cold().warn("MEMTRACE_ALLOCATOR='{}' is not passthrough or caching; using passthrough", v);
 }
 
 void parse_skip_actions(const char* v, Config* c) {
@@ -196,29 +197,29 @@ void parse_skip_actions(const char* v, Config* c) {
                                     (1u << static_cast<int>(Action::SegmentMap)) |
                                     (1u << static_cast<int>(Action::SegmentUnmap));
   if (ok && (mask & kSegmentMask)) {
-    log::warn("MEMTRACE_SKIP_ACTIONS='{}': segment actions are always recorded (the viewer needs them); "
-              "skipping the others only",
-              v);
+    log::cold().warn("MEMTRACE_SKIP_ACTIONS='{}': segment actions are always recorded (the viewer needs them); "
+                     "skipping the others only",
+                     v);
     c->skip_actions = mask & ~kSegmentMask;
   } else if (ok)
     c->skip_actions = mask;
   else
-    log::warn("MEMTRACE_SKIP_ACTIONS='{}' names an unknown action (known: alloc, free_requested, "
-              "free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot); "
-              "skipping none",
-              v);
+    log::cold().warn("MEMTRACE_SKIP_ACTIONS='{}' names an unknown action (known: alloc, free_requested, "
+                     "free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot); "
+                     "skipping none",
+                     v);
 }
 
 void parse_dump_signal(const char* v, Config* c) {
   int sig = parse_signal(v);
   if (sig == -2)
-    log::warn("MEMTRACE_SIGNAL='{}' is a signal that reports a fault in the program (SEGV, BUS, FPE, ILL, "
-              "TRAP, ABRT, SYS) and cannot ask for a snapshot; using USR2",
-              v);
+    log::cold().warn("MEMTRACE_SIGNAL='{}' is a signal that reports a fault in the program (SEGV, BUS, FPE, ILL, "
+                     "TRAP, ABRT, SYS) and cannot ask for a snapshot; using USR2",
+                     v);
   else if (sig < 0)
-    log::warn("MEMTRACE_SIGNAL='{}' names no signal memtrace can catch (e.g. USR2, SIGUSR1, 40, none); "
-              "using USR2",
-              v);
+    log::cold().warn("MEMTRACE_SIGNAL='{}' names no signal memtrace can catch (e.g. USR2, SIGUSR1, 40, none); "
+                     "using USR2",
+                     v);
   else
     c->dump_signal = sig;
 }
@@ -229,13 +230,13 @@ void parse_interval(const char* v, Config* c) {
   double d = std::strtod(v, &end);
   bool ok = errno == 0 && end != v && trim(end).empty() && d >= 0 && d <= 1e7 && !std::isnan(d);
   if (ok && d > 0 && d < 0.01) {
-    log::warn("MEMTRACE_INTERVAL='{}' is below 10 ms; using 0.01 (a dump every 10 ms is already more than useful)", v);
+    log::cold().warn("MEMTRACE_INTERVAL='{}' is below 10 ms; using 0.01 (a dump every 10 ms is already more than useful)", v);
     d = 0.01;
   }
   if (ok)
     c->interval_s = d;
   else
-    log::warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
+    log::cold().warn("MEMTRACE_INTERVAL='{}' is not a number of seconds; interval dumps stay off", v);
 }
 
 void parse_ranks(const char* v, Config* c) {
@@ -255,25 +256,41 @@ void parse_ranks(const char* v, Config* c) {
     c->ranks = v;
     c->rank_list = std::move(list);
   } else {
-    log::warn("MEMTRACE_RANKS='{}' is not a comma list of rank numbers; recording every rank", v);
+    log::cold().warn("MEMTRACE_RANKS='{}' is not a comma list of rank numbers; recording every rank", v);
   }
 }
 
 }  // namespace
 
+log::Level log_level_setting(GetEnvFn getenv_fn, bool* bad) {
+  bool debug = false;
+  const char* d = getenv_fn("MEMTRACE_DEBUG");
+  const log::Level fallback = d && parse_bool(d, &debug) && debug ? log::Level::debug : log::Level::info;
+  const char* v = getenv_fn("MEMTRACE_LOG_LEVEL");
+  log::Level l = fallback;
+  const bool wrong = v && !log::parse_level(v, &l);
+  if (bad) *bad = wrong;
+  return wrong ? fallback : l;
+}
+
 Config parse_config(GetEnvFn getenv_fn) {
   Config c;
   if (const char* v = getenv_fn("MEMTRACE_DEBUG")) {
-    if (!parse_bool(v, &c.debug)) log::warn("MEMTRACE_DEBUG='{}' is not 0 or 1; using 0", v);
+    if (!parse_bool(v, &c.debug)) log::cold().warn("MEMTRACE_DEBUG='{}' is not 0 or 1; using 0", v);
   }
+  bool bad_level = false;
+  c.log_level = log_level_setting(getenv_fn, &bad_level);
+  if (bad_level)
+    log::cold().warn("MEMTRACE_LOG_LEVEL='{}' is not trace, debug, info, warn, error or off; using {}",
+                     getenv_fn("MEMTRACE_LOG_LEVEL"), log::level_name(c.log_level));
   if (const char* v = getenv_fn("MEMTRACE_OUTPUT")) {
     if (*v == '\0')
-      log::warn("MEMTRACE_OUTPUT is empty; using {}", c.output);
+      log::cold().warn("MEMTRACE_OUTPUT is empty; using {}", c.output);
     else
       c.output = v;
   }
   if (const char* v = getenv_fn("MEMTRACE_SUMMARY")) {
-    if (!parse_bool(v, &c.summary)) log::warn("MEMTRACE_SUMMARY='{}' is not 0 or 1; using 1", v);
+    if (!parse_bool(v, &c.summary)) log::cold().warn("MEMTRACE_SUMMARY='{}' is not 0 or 1; using 1", v);
   }
   if (const char* v = getenv_fn("MEMTRACE_REPORT")) {
     if (!parse_bool(v, &c.report)) log::warn("MEMTRACE_REPORT='{}' is not 0 or 1; using 0", v);
@@ -284,11 +301,11 @@ Config parse_config(GetEnvFn getenv_fn) {
     if (parse_int(v, 1, 256, &d))
       c.stack_depth = static_cast<int>(d);
     else
-      log::warn("MEMTRACE_STACK_DEPTH='{}' is not a whole number from 1 to 256; using {}", v, c.stack_depth);
+      log::cold().warn("MEMTRACE_STACK_DEPTH='{}' is not a whole number from 1 to 256; using {}", v, c.stack_depth);
   }
   if (const char* v = getenv_fn("MEMTRACE_SYMBOLIZE_THREADS")) parse_symbolize_threads(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_FREE_STACKS")) {
-    if (!parse_bool(v, &c.free_stacks)) log::warn("MEMTRACE_FREE_STACKS='{}' is not 0 or 1; using 0", v);
+    if (!parse_bool(v, &c.free_stacks)) log::cold().warn("MEMTRACE_FREE_STACKS='{}' is not 0 or 1; using 0", v);
   }
   if (const char* v = getenv_fn("MEMTRACE_PYTHON")) parse_python(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_ALLOCATOR")) parse_allocator(v, &c);
@@ -298,8 +315,8 @@ Config parse_config(GetEnvFn getenv_fn) {
     if (parse_int(v, 0, 100000000, &n))
       c.max_entries = static_cast<size_t>(n);
     else
-      log::warn("MEMTRACE_MAX_ENTRIES='{}' is not a whole number from 0 to 100000000; using {}", v,
-                c.max_entries);
+      log::cold().warn("MEMTRACE_MAX_ENTRIES='{}' is not a whole number from 0 to 100000000; using {}", v,
+                       c.max_entries);
   }
   if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) parse_skip_actions(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_SIGNAL")) parse_dump_signal(v, &c);
@@ -310,7 +327,7 @@ Config parse_config(GetEnvFn getenv_fn) {
     if (parse_int(tmp.c_str(), 64, 1LL << 20, &n))
       c.max_stacks = static_cast<uint32_t>(n);
     else
-      log::warn("MEMTRACE_MAX_STACKS='{}' is not a whole number from 64 to 1048576; using {}", v, c.max_stacks);
+      log::cold().warn("MEMTRACE_MAX_STACKS='{}' is not a whole number from 64 to 1048576; using {}", v, c.max_stacks);
   }
   if (const char* v = getenv_fn("MEMTRACE_INTERVAL_KEEP")) {
     long long n;
@@ -318,11 +335,11 @@ Config parse_config(GetEnvFn getenv_fn) {
     if (parse_int(tmp.c_str(), 0, 100000, &n))
       c.interval_keep = static_cast<int>(n);
     else
-      log::warn("MEMTRACE_INTERVAL_KEEP='{}' is not a whole number from 0 to 100000; keeping the last {}", v,
-                c.interval_keep);
+      log::cold().warn("MEMTRACE_INTERVAL_KEEP='{}' is not a whole number from 0 to 100000; keeping the last {}", v,
+                       c.interval_keep);
   }
   if (const char* v = getenv_fn("MEMTRACE_DUMP_ON_OOM")) {
-    if (!parse_bool(v, &c.dump_on_oom)) log::warn("MEMTRACE_DUMP_ON_OOM='{}' is not 0 or 1; using 1", v);
+    if (!parse_bool(v, &c.dump_on_oom)) log::cold().warn("MEMTRACE_DUMP_ON_OOM='{}' is not 0 or 1; using 1", v);
   }
   if (const char* v = getenv_fn("MEMTRACE_RANKS")) parse_ranks(v, &c);
   return c;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/log.hpp"
+
 namespace memtrace {
 
 enum class StackMode : uint8_t { None, Native };
@@ -16,7 +18,8 @@ enum class PythonMode : uint8_t { Auto, Gil, Off };
 // memtrace's caching allocator (core/caching/) over the driver.
 enum class AllocatorMode : uint8_t { Passthrough, Caching };
 
-// Reads the environment through a GetEnvFn (tests pass their own). Warnings go to stderr.
+// Reads the environment through a GetEnvFn (tests pass their own). Warnings go to memtrace's log
+// (core/cold_log.hpp).
 using GetEnvFn = const char* (*)(const char*);
 
 struct Config {
@@ -32,7 +35,8 @@ struct Config {
                                               // the CPUs the process may use, at most 8)
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
-  bool debug = false;                         // MEMTRACE_DEBUG
+  bool debug = false;                         // MEMTRACE_DEBUG: a synonym of MEMTRACE_LOG_LEVEL=debug
+  log::Level log_level = log::Level::info;    // MEMTRACE_LOG_LEVEL (see log_level_setting)
   int dump_signal = 12;                       // MEMTRACE_SIGNAL (SIGUSR2; 0 = none)
   double interval_s = 0;                      // MEMTRACE_INTERVAL (0 = off)
   int interval_keep = 10;                     // MEMTRACE_INTERVAL_KEEP: interval snapshots kept (0 = all)
@@ -62,6 +66,12 @@ bool rank_selected(const Config& c, long rank);
 int parse_signal(const char* s);
 
 Config parse_config(GetEnvFn getenv_fn);
+
+// memtrace's log level: MEMTRACE_LOG_LEVEL; without it, or when it names no level (*bad set), debug
+// if MEMTRACE_DEBUG is on, else info. Says nothing and allocates nothing: the library applies it
+// as it loads, and the dlsym hook may need it before that (preload/log_setup.cpp). parse_config
+// gives it as Config::log_level, with the warning a bad value costs.
+log::Level log_level_setting(GetEnvFn getenv_fn, bool* bad = nullptr);
 
 // Helpers shared with the launcher and tests.
 bool parse_bool(const char* s, bool* out);

@@ -83,16 +83,16 @@ DumpReport dump_with_source(const StateCopy& state, FrameSource& frames, const D
     rep.error = fmt::format("cannot write '{}': unexpected error", rep.path);
   }
   rep.seconds = seconds_since(start);
-  if (!rep.written && !rep.error.empty()) log::warn("snapshot not written: {}", rep.error);
+  if (!rep.written && !rep.error.empty()) log::error("snapshot not written: {}", rep.error);
 
-  if (request.print_summary) {
+  if (request.print_summary && log::enabled(log::Level::info)) {  // the summary is an info message
     try {
       SummaryInfo si;
       si.program = exe_path;
       si.pid = context.pid;
       si.written = rep.written;
       si.path = rep.path;
-      si.why_not = rep.error.empty() ? why_not : std::string("see the warning above");
+      si.why_not = rep.error.empty() ? why_not : std::string("see the error above");
       si.bytes = rep.bytes;
       si.seconds = rep.seconds;
       si.report_follows = request.report_follows;

@@ -118,7 +118,7 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
     // dump_with_source does not throw; this guards the set-up above (allocation failures).
     DumpReport rep;
     rep.error = "cannot write the snapshot: out of memory";
-    log::warn("snapshot not written: {}", rep.error);
+    log::error("snapshot not written: {}", rep.error);
     return rep;
   }
 }

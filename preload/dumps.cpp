@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/log.hpp"
+#include "core/cold_log.hpp"
 #include "output/output_path.hpp"
 #include "preload/caching_mode.hpp"
 #include "preload/deep_bind.hpp"
@@ -99,8 +99,8 @@ void dump_now(DumpKind kind) {
     output::DumpRequest req = request_for(*s, kind);
     output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
     if (!at_exit && rep.written && s->config.summary)
-      log::info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep.path, rep.bytes,
-                rep.seconds);
+      log::cold().info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep.path,
+                       rep.bytes, rep.seconds);
     if (rep.written && kind == DumpKind::Interval) keep_last_interval_dumps(*s, rep.path);
     if (rep.written && s->config.report) report_of = rep.path;
   }

@@ -43,8 +43,7 @@ __attribute__((destructor)) void exit_dump_from_fini() {
   if (session_ready()) {
     dump_now(output::DumpKind::Exit);
   } else if (session_untouched() && started_by_memtrace_run()) {
-    static constexpr char kLine[] = "memtrace: no CUDA memory call seen: nothing recorded, no snapshot written";
-    log::write_line(kLine, sizeof(kLine) - 1);
+    log::info("no CUDA memory call seen: nothing recorded, no snapshot written");
   }
 }
 

@@ -9,6 +9,7 @@
 #include "preload/deep_bind.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
+#include "preload/log_setup.hpp"
 #include "preload/real_dlsym.hpp"
 #include "preload/session.hpp"
 
@@ -85,7 +86,7 @@ void* next_after_caller(DlsymFn next, void* caller, const char* name) {
 // The part of the dlsym hook for our own names; out of line so that the common path below
 // stays a pure forwarding tail call.
 __attribute__((noinline)) void* dlsym_ours(DlsymFn next, void* handle, const char* name, int id, void* caller) {
-  read_debug_flag_once();
+  read_log_level_once();
   rebind_bypassing_objects();  // before the lookup: the program's dlerror() state is the lookup's
   void* r = handle == RTLD_NEXT ? next_after_caller(next, caller, name) : next(handle, name);
   if (!r) return r;

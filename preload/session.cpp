@@ -10,7 +10,7 @@
 #include <new>
 #include <string>
 
-#include "core/log.hpp"
+#include "core/cold_log.hpp"
 #include "preload/allocator_settings.hpp"
 #include "preload/caching_mode.hpp"
 #include "preload/dump_triggers.hpp"
@@ -40,10 +40,6 @@ struct Unrecorded {
 };
 constinit Immortal<Unrecorded> g_unrecorded;
 
-// As the library loads, before the program runs: memtrace's lines go to the stderr the process
-// started with (or MEMTRACE_LOG), whatever the program later puts on fd 2.
-__attribute__((constructor)) void take_log_destination() { log::set_destination(secure_getenv("MEMTRACE_LOG")); }
-
 void in_forked_child() {
   if (g_session) reset_in_forked_child(*g_session);
 }
@@ -56,18 +52,19 @@ bool initialise() {
   // there would let any user overwrite files only the owner may. memtrace stays out of it.
   if (getauxval(AT_SECURE)) return false;
   GetEnvFn env = [](const char* n) -> const char* { return getenv(n); };
+  // The log level was set as the library loaded (preload/log_setup.cpp); cfg.log_level is the
+  // same reading, and a bad value's warning comes from here, with every other variable's.
   Config cfg = parse_config(env);
-  log::set_debug(cfg.debug);
   const long rank = launcher_rank(env).number;
   if (!rank_selected(cfg, rank)) {
     // A process with no rank at all is most likely a launcher or a tool started beside the job:
     // not recording it is right, but silence would look like memtrace failing.
     if (rank < 0)
-      log::warn("MEMTRACE_RANKS={} is set but this process has no rank (none of RANK, OMPI_COMM_WORLD_RANK, "
-                "SLURM_PROCID, PMI_RANK): not recording it",
-                cfg.ranks);
+      log::cold().warn("MEMTRACE_RANKS={} is set but this process has no rank (none of RANK, "
+                       "OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK): not recording it",
+                       cfg.ranks);
     else
-      log::debug("rank {} is not in MEMTRACE_RANKS={}: not recording", rank, cfg.ranks);
+      log::cold().debug("rank {} is not in MEMTRACE_RANKS={}: not recording", rank, cfg.ranks);
     g_unrecorded.value.alloc_conf_text = cfg.alloc_conf;
     return false;
   }
@@ -85,9 +82,9 @@ bool initialise() {
   pthread_atfork(nullptr, nullptr, &in_forked_child);
   watch_for_exit();
   start_dump_triggers(cfg);
-  log::debug("recording: stacks={} depth={} max_entries={} output={}",
-             cfg.stacks == StackMode::Native ? "native" : "none", cfg.stack_depth, cfg.max_entries,
-             cfg.output);
+  log::cold().debug("recording: stacks={} depth={} max_entries={} output={}",
+                    cfg.stacks == StackMode::Native ? "native" : "none", cfg.stack_depth, cfg.max_entries,
+                    cfg.output);
   return true;
 }
 
@@ -121,14 +118,6 @@ const caching::AllocConf& allocator_conf() {
   Unrecorded& u = g_unrecorded.value;
   std::call_once(u.once, [&u] { u.alloc_conf = parse_allocator_settings(u.alloc_conf_text); });
   return u.alloc_conf;
-}
-
-void read_debug_flag_once() {
-  static std::atomic<bool> done{false};
-  if (done.load(std::memory_order_acquire)) return;
-  bool on = false;
-  if (const char* v = secure_getenv("MEMTRACE_DEBUG"); v && parse_bool(v, &on) && on) log::set_debug(true);
-  done.store(true, std::memory_order_release);
 }
 
 }  // namespace memtrace::preload

@@ -61,8 +61,4 @@ class HookScope {
   Session* s_ = nullptr;
 };
 
-// Reads MEMTRACE_DEBUG once, without starting the session: the dlsym hook must stay light
-// but its substitutions should be visible in the debug log from the very first lookup.
-void read_debug_flag_once();
-
 }  // namespace memtrace::preload

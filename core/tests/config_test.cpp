@@ -213,6 +213,37 @@ TEST_CASE("MEMTRACE_SYMBOLIZE_THREADS: a count or auto") {
   }
 }
 
+TEST_CASE("the log level: MEMTRACE_LOG_LEVEL first, MEMTRACE_DEBUG=1 as debug, else info") {
+  struct Row {
+    const char* level;
+    const char* debug;
+    log::Level want;
+    bool bad;
+  };
+  const Row rows[] = {{nullptr, nullptr, log::Level::info, false}, {nullptr, "1", log::Level::debug, false},
+                      {nullptr, "0", log::Level::info, false},     {"warn", "1", log::Level::warn, false},
+                      {"off", nullptr, log::Level::off, false},    {"TRACE", nullptr, log::Level::trace, false},
+                      {"loud", nullptr, log::Level::info, true},   {"loud", "yes", log::Level::debug, true}};
+  for (const Row& r : rows) {
+    g_env.clear();
+    if (r.level) g_env["MEMTRACE_LOG_LEVEL"] = r.level;
+    if (r.debug) g_env["MEMTRACE_DEBUG"] = r.debug;
+    INFO((r.level ? r.level : "(unset)") << " / MEMTRACE_DEBUG=" << (r.debug ? r.debug : "(unset)"));
+    bool bad = !r.bad;
+    CHECK(log_level_setting(&fake_getenv, &bad) == r.want);
+    CHECK(bad == r.bad);
+    StderrCapture cap;
+    Config c = parse_config(&fake_getenv);
+    const std::string out = cap.text();
+    CHECK(c.log_level == r.want);
+    if (r.bad)
+      CHECK(out == std::string("memtrace: warning: MEMTRACE_LOG_LEVEL='loud' is not trace, debug, info, warn, error "
+                               "or off; using ") + log::level_name(r.want) + "\n");
+    else
+      CHECK(out.empty());
+  }
+}
+
 namespace {
 
 // One MEMTRACE_* variable: a value that is taken and what it gives, a value that is not and the
@@ -267,6 +298,8 @@ const std::vector<VariableCase>& variable_cases() {
        "pool", "using passthrough", [](const Config& c) { return c.allocator == AllocatorMode::Passthrough; }},
       {"MEMTRACE_DEBUG", "1", [](const Config& c) { return c.debug; }, "verbose", "using 0",
        [](const Config& c) { return !c.debug; }},
+      {"MEMTRACE_LOG_LEVEL", "warn", [](const Config& c) { return c.log_level == log::Level::warn; }, "loud",
+       "using info", [](const Config& c) { return c.log_level == log::Level::info; }},
       // Kept as text: the session parses it (preload/allocator_settings.cpp), and warns there.
       {"MEMTRACE_ALLOC_CONF", "expandable_segments:True,bogus:1",
        [](const Config& c) { return c.alloc_conf == "expandable_segments:True,bogus:1"; }, nullptr, nullptr,

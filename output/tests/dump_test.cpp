@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fake_source.hpp"
+#include "core/log.hpp"
 #include "output/dump.hpp"
 #include "test_util.hpp"
 
@@ -119,7 +120,7 @@ TEST_CASE("dump writes the snapshot and prints the summary", "[dump]") {
   CHECK(rc == 0);
 }
 
-TEST_CASE("a failed write is one warning line, never an exception", "[dump]") {
+TEST_CASE("a failed write is one error line, never an exception", "[dump]") {
   t::TempDir dir;
   REQUIRE(t::write_text(dir / "blocker", "x"));
   t::FakeFrameSource src;
@@ -131,9 +132,10 @@ TEST_CASE("a failed write is one warning line, never an exception", "[dump]") {
   INFO(err);
   CHECK_FALSE(rep.written);
   CHECK(rep.error.find(dir / "blocker") != std::string::npos);
-  CHECK(lines_with(err, "memtrace: warning:") == 1);
-  CHECK(lines_with(err, "memtrace: warning: snapshot not written: cannot ") == 1);
-  CHECK(err.find("  snapshot: not written (see the warning above)") != std::string::npos);
+  CHECK(lines_with(err, "memtrace: warning:") == 0);
+  CHECK(lines_with(err, "memtrace: error:") == 1);
+  CHECK(lines_with(err, "memtrace: error: snapshot not written: cannot ") == 1);
+  CHECK(err.find("  snapshot: not written (see the error above)") != std::string::npos);
 }
 
 TEST_CASE("no summary when not asked; nothing on stderr on success", "[dump]") {
@@ -147,6 +149,24 @@ TEST_CASE("no summary when not asked; nothing on stderr on success", "[dump]") {
   std::string err = cap.finish();
   CHECK(rep.written);
   CHECK(err.empty());
+}
+
+TEST_CASE("the summary is an info message: MEMTRACE_LOG_LEVEL=warn or above keeps it back", "[dump]") {
+  t::TempDir dir;
+  NullFrameSource none;
+  for (log::Level l : {log::Level::info, log::Level::warn, log::Level::error, log::Level::off}) {
+    DumpRequest req;
+    req.path_template = dir / "s.pickle";
+    req.print_summary = true;
+    log::set_level(l);
+    StderrCapture cap(dir / "stderr.txt");
+    DumpReport rep = dump_with_source(small_state(), none, req, ctx(), "/bin/app");
+    std::string err = cap.finish();
+    log::set_level(log::Level::info);
+    INFO(log::level_name(l) << ": " << err);
+    CHECK(rep.written);
+    CHECK((err.find("memtrace: summary") != std::string::npos) == (l == log::Level::info));
+  }
 }
 
 TEST_CASE("a throwing frame source still gives a snapshot, without frames", "[dump]") {

@@ -91,14 +91,14 @@ TEST_CASE("summary of an empty run and of a failed write", "[summary]") {
   StateCopy s;
   SummaryInfo info;
   info.pid = 1;
-  info.why_not = "see the warning above";
+  info.why_not = "see the error above";
   std::string text = format_summary(s, none, info);
   INFO(text);
   CHECK(text.find("memtrace: summary (pid 1)\n") == 0);
   CHECK(text.find("  device memory: none seen\n") != std::string::npos);
   CHECK(text.find("  live at exit: nothing\n") != std::string::npos);
   CHECK(text.find("  history: not kept") != std::string::npos);
-  CHECK(text.find("  snapshot: not written (see the warning above)\n") != std::string::npos);
+  CHECK(text.find("  snapshot: not written (see the error above)\n") != std::string::npos);
 }
 
 TEST_CASE("many owners fold into one line", "[summary]") {

@@ -131,6 +131,6 @@ TEST_CASE("over-long results are kept whole, and fail to be written with one war
   CHECK(rep.path == path);
   CHECK_FALSE(rep.error.empty());
   CHECK(rep.error.find('\n') == std::string::npos);
-  CHECK(err.find("memtrace: warning: snapshot not written: ") == 0);
+  CHECK(err.find("memtrace: error: snapshot not written: ") == 0);
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
 }

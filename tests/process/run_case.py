@@ -19,6 +19,7 @@ import pickle
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -359,6 +360,10 @@ class Result:
 
     def warnings(self):
         return [l for l in self.stderr.splitlines() if l.startswith("memtrace: warning")]
+
+    def problems(self):
+        """Warnings and errors (a snapshot that could not be written is an error)."""
+        return [l for l in self.stderr.splitlines() if l.startswith(("memtrace: warning", "memtrace: error"))]
 
     def describe(self):
         def tail(s, n=40):
@@ -862,7 +867,7 @@ def case_output_unwritable(ctx):
     target = "/proc/nonexistent/x.pickle"
     r = ctx.run([prog], output=target)
     same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
-    warns = r.warnings()
+    warns = r.problems()
     check(warns, f"no warning for an unwritable MEMTRACE_OUTPUT={target}\n{r.describe()}")
     check(any("/proc/nonexistent" in w for w in warns), f"the warning does not name the path: {warns}")
     check(not os.path.exists(target), f"{target} exists?")
@@ -875,7 +880,7 @@ def case_output_unwritable(ctx):
     target = os.path.join(blocker, "x.pickle")
     r = ctx.run([prog], output=target)
     same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
-    warns = r.warnings()
+    warns = r.problems()
     check(warns, f"no warning for MEMTRACE_OUTPUT={target}\n{r.describe()}")
     check(any(blocker in w for w in warns), f"the warning does not name the path: {warns}")
     check(sorted(os.listdir(d)) == ["file"], f"files left behind: {os.listdir(d)}")
@@ -886,7 +891,7 @@ def case_output_unwritable(ctx):
     target = "/proc/self/x-%p.pickle"
     r = ctx.run([prog], output=target)
     same_story(plain, r, f"MEMTRACE_OUTPUT={target}")
-    check(r.warnings(), f"no warning for MEMTRACE_OUTPUT={target}\n{r.describe()}")
+    check(r.problems(), f"no warning for MEMTRACE_OUTPUT={target}\n{r.describe()}")
 
 
 @case
@@ -909,8 +914,8 @@ def case_output_not_regular(ctx):
     for path, still, kind in targets:
         r = ctx.run([prog], output=path)
         expect_ok(r, f"route_direct with MEMTRACE_OUTPUT={path}")
-        warns = [w for w in r.warnings() if "not a regular file" in w]
-        check(len(warns) == 1 and kind in warns[0], f"MEMTRACE_OUTPUT={path}: warnings {r.warnings()}")
+        warns = [w for w in r.problems() if "not a regular file" in w]
+        check(len(warns) == 1 and kind in warns[0], f"MEMTRACE_OUTPUT={path}: warnings {r.problems()}")
         check(still(os.lstat(path).st_mode), f"{path} is no longer a {kind}")
 
 
@@ -1006,6 +1011,164 @@ def case_secure_execution(ctx):
     check(os.listdir(vault) == [], f"a secure-execution process wrote where an unprivileged user chose: {os.listdir(vault)}")
     check("memtrace: summary" not in p.stderr and "memtrace: debug" not in p.stderr,
           f"memtrace recorded in a secure-execution process: {p.stderr[:400]}")
+
+
+def memtrace_said(text):
+    """memtrace's own lines in a stream or a log file (the exit summary's indented lines included)."""
+    lines, in_summary = [], False
+    for l in text.splitlines():
+        if l.startswith("memtrace"):
+            in_summary = l.startswith("memtrace: summary")
+            lines.append(l)
+        elif in_summary and l.startswith("  "):
+            lines.append(l)
+        else:
+            in_summary = False
+    return lines
+
+
+def check_log_file(path, pid=None):
+    """A MEMTRACE_LOG file: 0600, holding one exit summary, of process `pid` when given."""
+    check(os.path.exists(path), f"no log file {path}")
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    check(mode == 0o600, f"{path} has mode {oct(mode)}, expected 0o600")
+    text = open(path).read()
+    summaries = re.findall(r"^memtrace: summary.*\(pid (\d+)\)", text, re.M)
+    check(len(summaries) == 1 and (pid is None or summaries == [str(pid)]),
+          f"{path}: summaries of pids {summaries}, expected [{pid if pid else 'one'}]:\n{text[:800]}")
+    return text
+
+
+@case
+def case_log_template(ctx):
+    """MEMTRACE_LOG expands MEMTRACE_OUTPUT's template as the library loads: with %p the parent and
+    each forked child (one forked before the parent's first CUDA call, one after) write their own
+    file, each 0600 with that process's exit summary, and stderr gets none of it; with %r each rank
+    its own. A path that cannot be opened costs one warning on stderr, and the lines stay there."""
+    ctx.need_preload()
+    ctx.need_sim()
+    logs = os.path.join(ctx.tmp, "logs")
+    os.makedirs(logs)
+    prog = ctx.program("fork_child")
+    r = ctx.run([prog], env={"MEMTRACE_LOG": os.path.join(logs, "fork-%p.log")})
+    expect_ok(r, "fork_child with MEMTRACE_LOG")
+    ppid = int(r.out.values["PID"][0][0])
+    cpid = int(ProgramOutput(r.stdout, child=True).values["PID"][0][0])
+    lpid = int([l.split()[2] for l in r.stdout.splitlines() if l.startswith("LATE PID")][0])
+    files = sorted(os.listdir(logs))
+    want = sorted(f"fork-{p}.log" for p in (ppid, cpid, lpid))
+    check(files == want, f"log files {files}, expected {want} (parent, early child, late child)")
+    for p in (ppid, cpid, lpid):
+        check_log_file(os.path.join(logs, f"fork-{p}.log"), p)
+    check(not memtrace_said(r.stderr), f"memtrace spoke on stderr with MEMTRACE_LOG set:\n{r.stderr[:800]}")
+
+    prog = ctx.program("route_direct")
+    host = socket.gethostname().replace("/", "_")
+    for rank in ("0", "1"):
+        r = ctx.run([prog], env={"MEMTRACE_LOG": os.path.join(logs, "rank-%r-on-%h.log"), "RANK": rank})
+        expect_ok(r, f"route_direct as rank {rank}")
+        check_log_file(os.path.join(logs, f"rank-{rank}-on-{host}.log"))
+        check(not memtrace_said(r.stderr), f"rank {rank}: memtrace spoke on stderr:\n{r.stderr[:800]}")
+
+    r = ctx.run([prog], env={"MEMTRACE_LOG": "/proc/nonexistent/log-%p.txt"})
+    expect_ok(r, "route_direct with an unopenable MEMTRACE_LOG")
+    warns = r.warnings()
+    named = re.search(r"MEMTRACE_LOG='/proc/nonexistent/log-(\d+)\.txt' \(.*\); writing to stderr", warns[0]) if warns else None
+    check(len(warns) == 1 and named, f"expected one warning naming the expanded path, got {warns}\n{r.describe()}")
+    check(re.search(rf"^memtrace: summary.*\(pid {named.group(1)}\)", r.stderr, re.M),
+          f"the summary (of pid {named.group(1)}) did not stay on stderr\n{r.describe()}")
+
+
+@case
+def case_log_levels(ctx):
+    """MEMTRACE_LOG_LEVEL (trace, debug, info, warn, error, off; default info; MEMTRACE_DEBUG=1 is
+    debug): debug lines only at debug and below; the exit summary is info, so warn hides it;
+    error keeps only a snapshot that could not be written; off silences memtrace entirely, bad
+    configuration included; a bad level is one warning and the default. The snapshot is written
+    the same whatever the level."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("route_direct")
+    unwritable = "/proc/nonexistent/x-%p.pickle"
+
+    def run(env, output=None):
+        r = ctx.run([prog], env=env, output=output)
+        expect_ok(r, f"route_direct with {env}")
+        said = memtrace_said(r.stderr)
+        return r, said
+
+    def kinds(said):
+        k = set()
+        for l in said:
+            if l.startswith("memtrace: debug:"):
+                k.add("debug")
+            elif l.startswith("memtrace: warning:"):
+                k.add("warn")
+            elif l.startswith("memtrace: error:"):
+                k.add("error")
+            elif l.startswith("memtrace: summary"):
+                k.add("summary")
+        return k
+
+    # (environment, output, the kinds of line expected)
+    rows = [
+        ({}, None, {"summary"}),
+        ({"MEMTRACE_LOG_LEVEL": "debug"}, None, {"debug", "summary"}),
+        ({"MEMTRACE_LOG_LEVEL": "TRACE"}, None, {"debug", "summary"}),
+        ({"MEMTRACE_DEBUG": "1"}, None, {"debug", "summary"}),
+        ({"MEMTRACE_LOG_LEVEL": "info", "MEMTRACE_DEBUG": "1"}, None, {"summary"}),
+        ({"MEMTRACE_LOG_LEVEL": "warn", "MEMTRACE_STACKS": "bogus"}, None, {"warn"}),
+        ({"MEMTRACE_LOG_LEVEL": "warn", "MEMTRACE_DEBUG": "1"}, None, set()),
+        ({"MEMTRACE_LOG_LEVEL": "error", "MEMTRACE_STACKS": "bogus"}, unwritable, {"error"}),
+        ({"MEMTRACE_LOG_LEVEL": "error", "MEMTRACE_STACKS": "bogus"}, None, set()),
+        ({"MEMTRACE_LOG_LEVEL": "off", "MEMTRACE_STACKS": "bogus", "MEMTRACE_DEBUG": "1"}, unwritable, set()),
+        ({"MEMTRACE_LOG_LEVEL": "loud"}, None, {"warn", "summary"}),
+    ]
+    for env, output, want in rows:
+        r, said = run(env, output)
+        got = kinds(said)
+        check(got == want, f"{env}: memtrace said {sorted(got)}, expected {sorted(want)}:\n" + "\n".join(said[:20]))
+        if env.get("MEMTRACE_LOG_LEVEL") == "off":
+            check("memtrace" not in r.stderr, f"MEMTRACE_LOG_LEVEL=off still printed:\n{r.stderr[:800]}")
+        if env.get("MEMTRACE_LOG_LEVEL") == "loud":
+            warns = r.warnings()
+            check(len(warns) == 1 and "MEMTRACE_LOG_LEVEL='loud'" in warns[0] and "using info" in warns[0],
+                  f"a bad level: {warns}")
+        if output is None:
+            snap = r.snapshot()
+            check_against_program(snap, r.out, exact=True, stacks=env.get("MEMTRACE_STACKS") != "none")
+        print(f"  {env}: {sorted(got) or 'nothing'}")
+
+    # The line `memtrace run` ends a CUDA-less program with is info too.
+    r = run_cli(ctx, ["run", "--sim", "--", "/bin/true"], env={"MEMTRACE_LOG_LEVEL": "warn"})
+    check(r.rc == 0 and not r.stderr.strip(), f"MEMTRACE_LOG_LEVEL=warn: memtrace run still spoke\n{r.describe()}")
+
+
+@case
+def case_own_spdlog(ctx):
+    """A program that links its own spdlog and fmt (Debian's shared libraries), sets spdlog's global
+    level to trace and its own pattern: memtrace's copies (header-only, hidden) neither clash with
+    them nor take their settings. The program logs as it would alone, memtrace's logger is not in
+    its registry, memtrace's one configuration warning comes out in memtrace's form, and no debug
+    line of memtrace's appears."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("own_spdlog")
+    ldd = shutil.which("ldd")
+    if ldd:
+        linked = subprocess.run([ldd, prog], stdout=subprocess.PIPE, text=True).stdout
+        check("libspdlog" in linked, f"test design: {prog} does not link the shared libspdlog:\n{linked}")
+    plain = ctx.run([prog], preload=False)
+    expect_ok(plain, "own_spdlog without memtrace")
+    r, snap = traced_and_checked(ctx, [prog], env={"MEMTRACE_SYMBOLIZE_THREADS": "many"})
+    same_story(plain, r, "own_spdlog")
+    for line in ("own info before cuda 1", "own debug after cuda 2", "REGISTRY memtrace 0"):
+        check(line in r.stdout.splitlines(), f"'{line}' missing from the program's output\n{r.describe()}")
+    warns = r.warnings()
+    check(len(warns) == 1 and "MEMTRACE_SYMBOLIZE_THREADS='many'" in warns[0],
+          f"expected memtrace's one warning, got {warns}\n{r.describe()}")
+    check("memtrace: debug" not in r.stderr, f"the program's spdlog level reached memtrace's logger\n{r.describe()}")
+    check(re.search(r"^memtrace: summary", r.stderr, re.M), f"no exit summary\n{r.describe()}")
 
 
 @case
@@ -1776,6 +1939,14 @@ def case_export_list(ctx):
     check(not missing, f"libmemtrace.so does not export {missing}")
     forbidden = [n for n in FORBIDDEN_EXPORTS if n in names]
     check(not forbidden, f"libmemtrace.so exports legacy/unhooked driver names {forbidden}")
+    # memtrace's spdlog and fmt (header-only, hidden) must never meet a program's own copies.
+    clash = [n for n in names if "spdlog" in n or "3fmt" in n or n.startswith("fmt")]
+    check(not clash, f"libmemtrace.so exports spdlog/fmt symbols: {clash[:10]}")
+    readelf = shutil.which("readelf")
+    if readelf:
+        p = subprocess.run([readelf, "--dyn-syms", "-W", ctx.preload], stdout=subprocess.PIPE, text=True)
+        unique = [l.split()[-1] for l in p.stdout.splitlines() if " UNIQUE " in l]
+        check(not unique, f"libmemtrace.so has GNU unique symbols (shared with every other object): {unique[:10]}")
     print(f"  {len(names)} exported names, all allowed")
 
 
