@@ -113,8 +113,15 @@ async function checkProfile(p, name, file, k) {
   check(total === profile.endValue - profile.startValue, `${name}: profile ${k}: weights ${total} != endValue`);
   if (total > 0) {
     // The flame chart (a WebGL canvas, so read from the screen): bars of several colours.
-    const px = await p.pixels('canvas');
-    check(px.colours >= 8 && px.inked > 0.02, `${name}: profile ${k}: no flame chart drawn (${JSON.stringify(px)})`);
+    // Drawn on the next frames after the view switch: wait for it (a loaded machine is slow), a
+    // minute at most, rather than read it at once.
+    const drawn = (px) => px.colours >= 8 && px.inked > 0.02;
+    let px = await p.pixels('canvas');
+    for (const until = Date.now() + 60000; !drawn(px) && Date.now() < until;) {
+      await p.page.waitForTimeout(200);
+      px = await p.pixels('canvas');
+    }
+    check(drawn(px), `${name}: profile ${k}: no flame chart drawn (${JSON.stringify(px)})`);
   }
 }
 
