@@ -534,13 +534,7 @@ void SnapshotWriter::allocator_settings(const RawValues& raw, RawId top, const S
   w_.key(key_name(Key::AllocatorSettings));
   w_.begin_dict();
   kept_pairs(Kept{&raw, top}, key_name(Key::Memtrace));
-  w_.key(key_name(Key::Memtrace));
-  w_.begin_dict();
-  for (const Setting& st : memtrace) {
-    w_.key(st.key);
-    setting_value(st);
-  }
-  w_.end_dict();
+  memtrace_settings(memtrace);
   w_.end_dict();
 }
 
@@ -551,13 +545,17 @@ void SnapshotWriter::allocator_settings(const Settings& top, const Settings& mem
     w_.key(st.key);
     setting_value(st);
   }
+  memtrace_settings(memtrace);
+  w_.end_dict();
+}
+
+void SnapshotWriter::memtrace_settings(const Settings& memtrace) {
   w_.key(key_name(Key::Memtrace));
   w_.begin_dict();
   for (const Setting& st : memtrace) {
     w_.key(st.key);
     setting_value(st);
   }
-  w_.end_dict();
   w_.end_dict();
 }
 

@@ -206,6 +206,8 @@ class SnapshotWriter {
   void entry_dict(const Entry& e, std::string_view unshared_note);
   void block(const Block& b);
   void setting_value(const Setting& st);
+  // allocator_settings['memtrace']: the metadata dict, as the last key of allocator_settings.
+  void memtrace_settings(const Settings& memtrace);
   void raw_value(const RawValues& raw, RawId id, int depth);
   // The pairs of a kept dict (keys equal to `skip` left out).
   void kept_pairs(const Kept& k, std::string_view skip = {});

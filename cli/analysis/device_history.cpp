@@ -30,19 +30,6 @@ uint64_t clamp_bytes(Sum v) {
   return static_cast<uint64_t>(v);
 }
 
-Sum segment_delta(const reader::TraceEntry& e) {
-  switch (e.action) {
-    case Action::SegmentAlloc:
-    case Action::SegmentMap:
-      return static_cast<Sum>(e.size);
-    case Action::SegmentFree:
-    case Action::SegmentUnmap:
-      return -static_cast<Sum>(e.size);
-    default:
-      return 0;
-  }
-}
-
 }  // namespace
 
 DeviceHistory analyze_history(const HistorySource& src, bool with_sets) {
@@ -162,6 +149,19 @@ DeviceHistory analyze_history(const HistorySource& src, bool with_sets) {
     }
   }
   return h;
+}
+
+__int128 segment_delta(const reader::TraceEntry& e) {
+  switch (e.action) {
+    case Action::SegmentAlloc:
+    case Action::SegmentMap:
+      return static_cast<__int128>(e.size);
+    case Action::SegmentFree:
+    case Action::SegmentUnmap:
+      return -static_cast<__int128>(e.size);
+    default:
+      return 0;
+  }
 }
 
 HistorySource device_source(const reader::Snapshot& s, int device) {

@@ -68,6 +68,9 @@ HistorySource device_source(const reader::Snapshot& s, int device);
 HistorySource host_source(const reader::Snapshot& s);
 DeviceHistory analyze_history(const HistorySource& src, bool with_sets = true);
 
+// What an entry changes in reserved bytes: + for segment_alloc/segment_map, - for their undoing.
+__int128 segment_delta(const reader::TraceEntry& e);
+
 // Highest device index used plus one: device_traces lists and segments' devices.
 int device_count(const reader::Snapshot& s);
 

@@ -130,19 +130,6 @@ Moment take_moment(const LiveSet& live, uint64_t reserved, int64_t entry, int64_
 
 bool is_live(BlockState st) { return st == BlockState::ActiveAllocated || st == BlockState::ActivePendingFree; }
 
-int64_t segment_delta(const reader::TraceEntry& e) {
-  switch (e.action) {
-    case Action::SegmentAlloc:
-    case Action::SegmentMap:
-      return static_cast<int64_t>(e.size);
-    case Action::SegmentFree:
-    case Action::SegmentUnmap:
-      return -static_cast<int64_t>(e.size);
-    default:
-      return 0;
-  }
-}
-
 }  // namespace
 
 SweepOutput sweep_history(const SweepInput& in) {
@@ -185,7 +172,7 @@ SweepOutput sweep_history(const SweepInput& in) {
     for (const reader::Block& b : seg.blocks)
       if (is_live(b.state) && !open.count(b.address)) older.push_back({b.requested_size, b.address, 0, b.stack});
   }
-  for (size_t i = 0; i < n; ++i) seg_net += segment_delta(tr[i]);
+  for (size_t i = 0; i < n; ++i) seg_net += static_cast<int64_t>(analysis::segment_delta(tr[i]));
 
   LiveSet live(n + older.size(), in.owner_count);
   for (size_t k = 0; k < older.size(); ++k) live.add(static_cast<uint32_t>(n + k), older[k]);
@@ -227,7 +214,7 @@ SweepOutput sweep_history(const SweepInput& in) {
     } else if (e.action == closer) {
       live.remove(closes[i] == kSelf ? static_cast<uint32_t>(i) : closes[i]);
     } else {
-      reserved += segment_delta(e);
+      reserved += static_cast<int64_t>(analysis::segment_delta(e));
     }
     emit(static_cast<int64_t>(i), x[i]);
   }
