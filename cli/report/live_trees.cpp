@@ -52,10 +52,18 @@ void LiveTrees::weigh(const std::vector<StackBytes>& live, uint64_t total, NodeB
       }
     std::map<uint32_t, uint64_t> self;
     for (const StackBytes& sb : live) {
-      int64_t n = leaf(sb.stack, t);
+      const int64_t l = leaf(sb.stack, t);
+      int64_t n = l;
       while (n > 0 && static_cast<double>(w[n]) < threshold) n = parent[n];
-      self[static_cast<uint32_t>(n)] += sb.bytes;
-      for (int64_t a = n; a >= 0 && !keep_[t][a]; a = parent[a]) keep_[t][a] = true;
+      // A pruned stack's bytes go on its kept ancestor's "(smaller stacks)" child, so that the page
+      // draws them as such rather than as the ancestor's own.
+      uint32_t at = static_cast<uint32_t>(n);
+      if (n != l) {
+        at = trees_[t].child(at, StackTree::kSmaller);
+        grow(t);
+      }
+      self[at] += sb.bytes;
+      for (int64_t a = at; a >= 0 && !keep_[t][a]; a = trees_[t].parent()[a]) keep_[t][a] = true;
     }
     for (uint32_t n : touched_) w[n] = 0;
     touched_.clear();

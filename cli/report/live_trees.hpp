@@ -1,8 +1,8 @@
 // The live set of each moment as weights on two stack trees (the frames the text reports show, and
 // every frame), pruned so the page stays small: a node is kept when what lives below it reaches
-// keep_fraction of the moment's bytes; the bytes of a stack whose own path is pruned stay on its
-// deepest kept ancestor, so every moment's weights still add up to its total (docs/report.md,
-// "Trees").
+// keep_fraction of the moment's bytes; the bytes of a stack whose own path is pruned go to a
+// "(smaller stacks)" child of its deepest kept ancestor, so every moment's weights still add up to
+// its total (docs/report.md, "Trees").
 #pragma once
 #include <cstdint>
 #include <utility>

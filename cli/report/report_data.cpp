@@ -80,6 +80,8 @@ class PageTrees {
     std::string text;
     if (frame == StackTree::kNoStack) {
       text = "[no stack]";
+    } else if (frame == StackTree::kSmaller) {
+      text = "(smaller stacks)";
     } else {
       const reader::Frame& f = s_.frames[frame];
       text = t == kShortTree ? format::short_frame_label({s_.str(f.name), s_.str(f.filename), f.line})

@@ -12,6 +12,8 @@ class StackTree {
  public:
   static constexpr uint32_t kRoot = 0;
   static constexpr uint32_t kNoStack = UINT32_MAX;  // the name of the node an empty stack ends at
+  // The name of the child that holds a node's stacks too small to be drawn one by one.
+  static constexpr uint32_t kSmaller = UINT32_MAX - 1;
 
   StackTree() {
     parent_.push_back(-1);
@@ -19,6 +21,8 @@ class StackTree {
   }
   // The node at the end of `path` (frame ids, outermost first), added where missing.
   uint32_t add(const std::vector<uint32_t>& path);
+  // The child of `node` named `name`, added when missing.
+  uint32_t child(uint32_t node, uint32_t name);
   const std::vector<int32_t>& parent() const { return parent_; }
   const std::vector<uint32_t>& name() const { return name_; }
   size_t size() const { return parent_.size(); }
