@@ -18,7 +18,8 @@ constexpr uint32_t kSelf = UINT32_MAX - 1;  // a free whose alloc is not in the 
 // older than the history.
 class LiveSet {
  public:
-  LiveSet(size_t keys, uint32_t owners) : pos_(keys, kNone), owner_bytes_(owners, 0), owner_count_(owners, 0) {}
+  LiveSet(size_t keys, uint32_t owners, uint32_t groups)
+      : pos_(keys, kNone), owner_bytes_(owners, 0), owner_count_(owners, 0), group_bytes_(groups, 0) {}
   void add(uint32_t key, const LiveItem& it) {
     pos_[key] = static_cast<uint32_t>(items_.size());
     items_.push_back(it);
@@ -26,6 +27,7 @@ class LiveSet {
     total_ += it.bytes;
     owner_bytes_[it.owner] += it.bytes;
     ++owner_count_[it.owner];
+    group_bytes_[it.group] += it.bytes;
   }
   void remove(uint32_t key) {
     uint32_t p = pos_[key];
@@ -34,6 +36,7 @@ class LiveSet {
     total_ -= it.bytes;
     owner_bytes_[it.owner] -= it.bytes;
     --owner_count_[it.owner];
+    group_bytes_[it.group] -= it.bytes;
     items_[p] = items_.back();
     keys_[p] = keys_.back();
     pos_[keys_[p]] = p;
@@ -45,31 +48,40 @@ class LiveSet {
   const std::vector<LiveItem>& items() const { return items_; }
   const std::vector<uint64_t>& owner_bytes() const { return owner_bytes_; }
   const std::vector<uint64_t>& owner_count() const { return owner_count_; }
+  const std::vector<uint64_t>& group_bytes() const { return group_bytes_; }
 
  private:
   std::vector<uint32_t> pos_;
   std::vector<LiveItem> items_;
   std::vector<uint32_t> keys_;
-  std::vector<uint64_t> owner_bytes_, owner_count_;
+  std::vector<uint64_t> owner_bytes_, owner_count_, group_bytes_;
   uint64_t total_ = 0;
 };
 
 // Buckets one level's points as the sweep emits states.
 class LevelBuilder {
  public:
-  LevelBuilder(size_t buckets, bool exact, bool owners, int64_t first, int64_t last, uint32_t owner_count)
+  LevelBuilder(size_t buckets, bool exact, bool owners, int64_t first, int64_t last, uint32_t owner_count,
+               uint32_t group_count)
       : buckets_(buckets), exact_(exact), owners_(owners), first_(first), span_(std::max<int64_t>(last - first, 1)) {
-    if (owners_) level_.by_owner.assign(owner_count, {});
+    if (owners_) {
+      level_.by_owner.assign(owner_count, {});
+      level_.by_stack.assign(group_count, {});
+    }
   }
-  void state(int64_t x, uint64_t allocated, uint64_t reserved, const std::vector<uint64_t>& by_owner) {
+  // One state: the totals and their splits by owner and by stack group.
+  void state(int64_t x, uint64_t allocated, uint64_t reserved, const std::vector<uint64_t>& by_owner,
+             const std::vector<uint64_t>& by_stack) {
     size_t b = exact_ ? SIZE_MAX : bucket(x);
     if (exact_ || b != current_ || level_.t.empty()) {
       current_ = b;
       level_.t.push_back(x);
       level_.allocated.push_back(allocated);
       level_.reserved.push_back(reserved);
-      if (owners_)
+      if (owners_) {
         for (size_t o = 0; o < by_owner.size(); ++o) level_.by_owner[o].push_back(by_owner[o]);
+        for (size_t g = 0; g < by_stack.size(); ++g) level_.by_stack[g].push_back(by_stack[g]);
+      }
       return;
     }
     const size_t last = level_.t.size() - 1;
@@ -77,8 +89,10 @@ class LevelBuilder {
     if (allocated > level_.allocated[last]) {
       level_.allocated[last] = allocated;
       level_.t[last] = x;
-      if (owners_)
+      if (owners_) {
         for (size_t o = 0; o < by_owner.size(); ++o) level_.by_owner[o][last] = by_owner[o];
+        for (size_t g = 0; g < by_stack.size(); ++g) level_.by_stack[g][last] = by_stack[g];
+      }
     }
   }
   SeriesLevel take() { return std::move(level_); }
@@ -105,6 +119,7 @@ Moment take_moment(const LiveSet& live, uint64_t reserved, int64_t entry, int64_
   m.count = live.items().size();
   m.by_owner = live.owner_bytes();
   m.count_by_owner = live.owner_count();
+  m.by_stack = live.group_bytes();
   for (const LiveItem& it : live.items()) {
     if (stack_bytes[it.stack] == 0) touched.push_back(it.stack);
     stack_bytes[it.stack] += it.bytes;
@@ -129,6 +144,39 @@ Moment take_moment(const LiveSet& live, uint64_t reserved, int64_t entry, int64_
 }
 
 bool is_live(BlockState st) { return st == BlockState::ActiveAllocated || st == BlockState::ActivePendingFree; }
+
+// The series' split by stack: the `count` stacks holding the most bytes right after `peak` (from
+// the pairing, without a second sweep), each its own group, every other stack in the last one.
+// Returns each stack id's group.
+std::vector<uint32_t> stack_groups(const std::vector<reader::TraceEntry>& tr, size_t n, const std::vector<uint32_t>& closes,
+                                   const std::vector<LiveItem>& older, int64_t peak, size_t count,
+                                   std::vector<reader::StackId>* top) {
+  size_t max_stack = 0;
+  for (size_t i = 0; i < n; ++i) max_stack = std::max<size_t>(max_stack, tr[i].stack);
+  for (const LiveItem& it : older) max_stack = std::max<size_t>(max_stack, it.stack);
+  std::vector<uint32_t> closed_at(n, kNone);
+  for (size_t i = 0; i < n; ++i)
+    if (closes[i] != kNone && closes[i] != kSelf) closed_at[closes[i]] = static_cast<uint32_t>(i);
+  std::vector<uint64_t> at_peak(max_stack + 1, 0);
+  for (const LiveItem& it : older) at_peak[it.stack] += it.bytes;
+  for (size_t i = 0; i < n; ++i) {
+    const bool open_at_peak = tr[i].action == Action::Alloc && static_cast<int64_t>(i) <= peak &&
+                              (closed_at[i] == kNone || static_cast<int64_t>(closed_at[i]) > peak);
+    const bool freed_after = closes[i] == kSelf && static_cast<int64_t>(i) > peak;  // alive from the start
+    if (open_at_peak || freed_after) at_peak[tr[i].stack] += tr[i].size;
+  }
+  std::vector<reader::StackId> order;
+  for (size_t st = 0; st <= max_stack; ++st)
+    if (at_peak[st] > 0) order.push_back(static_cast<reader::StackId>(st));
+  const size_t k = std::min(count, order.size());
+  const auto larger = [&](reader::StackId a, reader::StackId b) { return at_peak[a] != at_peak[b] ? at_peak[a] > at_peak[b] : a < b; };
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(k), order.end(), larger);
+  order.resize(k);
+  std::vector<uint32_t> group_of(max_stack + 1, static_cast<uint32_t>(k));
+  for (size_t g = 0; g < k; ++g) group_of[order[g]] = static_cast<uint32_t>(g);
+  *top = std::move(order);
+  return group_of;
+}
 
 }  // namespace
 
@@ -173,22 +221,26 @@ SweepOutput sweep_history(const SweepInput& in) {
       if (is_live(b.state) && !open.count(b.address)) older.push_back({b.requested_size, b.address, 0, b.stack});
   }
   for (size_t i = 0; i < n; ++i) seg_net += static_cast<int64_t>(analysis::segment_delta(tr[i]));
+  SweepOutput out;
+  std::vector<uint32_t> group_of = stack_groups(tr, n, closes, older, in.peak_entry, lim.top_stacks, &out.top_stacks);
+  const uint32_t groups = static_cast<uint32_t>(out.top_stacks.size() + 1);
+  const auto group = [&](reader::StackId st) { return st < group_of.size() ? group_of[st] : groups - 1; };
+  for (LiveItem& it : older) it.group = group(it.stack);
 
-  LiveSet live(n + older.size(), in.owner_count);
+  LiveSet live(n + older.size(), in.owner_count, groups);
   for (size_t k = 0; k < older.size(); ++k) live.add(static_cast<uint32_t>(n + k), older[k]);
   for (size_t i = 0; i < n; ++i)
     if (closes[i] == kSelf)
-      live.add(static_cast<uint32_t>(i), {tr[i].size, tr[i].addr, owner(tr[i].category), tr[i].stack});
+      live.add(static_cast<uint32_t>(i), {tr[i].size, tr[i].addr, owner(tr[i].category), tr[i].stack, group(tr[i].stack)});
   int64_t reserved = reserved_end - seg_net;
 
   const int64_t first = n ? x[0] : 0, last = n ? x[n - 1] : 0;
   std::vector<LevelBuilder> levels;
   for (size_t l = 0; l < lim.levels.size(); ++l) {
     const bool exact = n + 1 <= lim.levels[l];
-    levels.emplace_back(lim.levels[l], exact, l < lim.owner_levels, first, last, in.owner_count);
+    levels.emplace_back(lim.levels[l], exact, l < lim.owner_levels, first, last, in.owner_count, groups);
     if (exact) break;  // finer levels would repeat it
   }
-  SweepOutput out;
   std::vector<uint64_t> stack_bytes;
   size_t max_stack = 0;
   for (size_t i = 0; i < n; ++i) max_stack = std::max<size_t>(max_stack, tr[i].stack);
@@ -198,7 +250,7 @@ SweepOutput sweep_history(const SweepInput& in) {
   size_t next_cp = 0;
   auto emit = [&](int64_t entry, int64_t at) {
     const uint64_t r = reserved > 0 ? static_cast<uint64_t>(reserved) : 0;
-    for (LevelBuilder& lb : levels) lb.state(at, live.total(), r, live.owner_bytes());
+    for (LevelBuilder& lb : levels) lb.state(at, live.total(), r, live.owner_bytes(), live.group_bytes());
     while (next_cp < in.checkpoints.size() && in.checkpoints[next_cp] == entry) {
       out.moments.push_back(take_moment(live, r, entry, at, lim, stack_bytes, touched));
       if (in.on_moment) in.on_moment(out.moments.back());
@@ -210,7 +262,7 @@ SweepOutput sweep_history(const SweepInput& in) {
     const reader::TraceEntry& e = tr[i];
     if (e.action == Action::Alloc) {
       if (closes[i] != kNone) live.remove(closes[i]);
-      live.add(static_cast<uint32_t>(i), {e.size, e.addr, owner(e.category), e.stack});
+      live.add(static_cast<uint32_t>(i), {e.size, e.addr, owner(e.category), e.stack, group(e.stack)});
     } else if (e.action == closer) {
       live.remove(closes[i] == kSelf ? static_cast<uint32_t>(i) : closes[i]);
     } else {

@@ -18,6 +18,7 @@ struct SweepInput {
   const std::vector<uint32_t>* owner_of = nullptr;  // category StrId -> owner id
   uint32_t owner_count = 0;
   std::vector<int64_t> checkpoints;           // ascending, -1 .. n-1, no repeats
+  int64_t peak_entry = -1;                    // where the stacks of the split by stack are chosen
   const Limits* limits = nullptr;
   // Called with each moment as it is taken, its `stacks` filled: to weigh them and let them go.
   std::function<void(Moment&)> on_moment;
@@ -26,6 +27,7 @@ struct SweepInput {
 struct SweepOutput {
   std::vector<SeriesLevel> series;
   std::vector<Moment> moments;  // one per checkpoint, in order (labels left empty)
+  std::vector<reader::StackId> top_stacks;  // the series' stack groups, largest at the peak first
 };
 
 SweepOutput sweep_history(const SweepInput& in);

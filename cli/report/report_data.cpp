@@ -29,7 +29,8 @@ std::string hex(uint64_t v) {
 // comes before its children), each named by its frame's label; and the stacks the page names.
 class PageTrees {
  public:
-  PageTrees(const reader::Snapshot& s, LiveTrees& trees) : s_(s), trees_(trees) {
+  PageTrees(const reader::Snapshot& s, LiveTrees& trees)
+      : s_(s), trees_(trees), view_(s, analysis::FrameMode::kShort) {
     for (TreeKind t : {kShortTree, kAllTree}) {
       const StackTree& tree = trees.tree(t);
       remap_[t].assign(tree.size(), UINT32_MAX);
@@ -48,6 +49,8 @@ class PageTrees {
     if (inserted) leaves_.push_back({node(kShortTree, trees_.leaf(id, kShortTree)), node(kAllTree, trees_.leaf(id, kAllTree))});
     return it->second;
   }
+  // A stack in one line, as the text reports show it (docs/reports.md, "Readable stacks").
+  std::string line(reader::StackId id) { return view_.line(id, 90); }
   void write(JsonWriter& j) const {
     j.key("strings").begin_array();
     for (const std::string& str : strings_) j.string(str);
@@ -94,6 +97,7 @@ class PageTrees {
 
   const reader::Snapshot& s_;
   LiveTrees& trees_;
+  analysis::StackView view_;
   std::vector<uint32_t> remap_[2];
   std::vector<int32_t> parent_[2];
   std::vector<uint32_t> name_[2];
@@ -141,6 +145,9 @@ void write_moment(JsonWriter& j, PageTrees& st, const Moment& m) {
   j.key("by_owner").begin_array();
   for (uint64_t b : m.by_owner) j.uinteger(b);
   j.end_array();
+  j.key("by_stack").begin_array();
+  for (uint64_t b : m.by_stack) j.uinteger(b);
+  j.end_array();
   write_top(j, st, m);
   j.end_object();
 }
@@ -158,12 +165,14 @@ void write_series(JsonWriter& j, const std::vector<SeriesLevel>& levels) {
     j.key("reserved").begin_array();
     for (uint64_t v : l.reserved) j.uinteger(v);
     j.end_array();
-    j.key("by_owner");
-    if (l.by_owner.empty()) {
-      j.null();
-    } else {
+    for (const auto& [key, split] : {std::pair{"by_owner", &l.by_owner}, std::pair{"by_stack", &l.by_stack}}) {
+      j.key(key);
+      if (split->empty()) {
+        j.null();
+        continue;
+      }
       j.begin_array();
-      for (const auto& o : l.by_owner) {
+      for (const auto& o : *split) {
         j.begin_array();
         for (uint64_t v : o) j.uinteger(v);
         j.end_array();
@@ -253,6 +262,15 @@ void write_device(JsonWriter& j, PageTrees& st, const Model& model, const Device
   j.field_int("device", d.device);
   j.field("title", d.title);
   write_series(j, d.series);
+  // The series' split by stack: one group per stack named here, then "other stacks".
+  j.key("stack_groups").begin_array();
+  for (reader::StackId id : d.top_stacks) {
+    j.begin_object();
+    j.field_uint("stack", st.stack(id));
+    j.field("label", st.line(id));
+    j.end_object();
+  }
+  j.end_array();
   const Moment& peak = d.moments[d.peak_moment];
   j.key("peak").begin_object();
   j.field_int("t", peak.t);

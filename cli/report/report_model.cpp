@@ -128,7 +128,7 @@ DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, Mo
     d.oom_t.push_back(at(static_cast<int64_t>(r.entry)));
   }
   SweepInput in{src, &x, &owner_of, static_cast<uint32_t>(m.owners.size()),
-                checkpoints(x, d.history.peak_index, oom_entries, lim.moments), &lim, {}};
+                checkpoints(x, d.history.peak_index, oom_entries, lim.moments), d.history.peak_index, &lim, {}};
   in.on_moment = [&](Moment& mo) {
     m.trees->weigh(mo.stacks, mo.allocated, mo.live);
     for (const LiveItem& it : mo.top) m.trees->keep_stack(it.stack);
@@ -136,6 +136,8 @@ DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, Mo
   };
   SweepOutput sw = sweep_history(in);
   d.series = std::move(sw.series);
+  d.top_stacks = std::move(sw.top_stacks);
+  for (reader::StackId st : d.top_stacks) m.trees->keep_stack(st);
   d.moments = std::move(sw.moments);
   for (size_t k = 0; k < d.moments.size(); ++k) {
     Moment& mo = d.moments[k];

@@ -27,6 +27,7 @@ struct Limits {
   std::vector<size_t> levels{2048, 16384, 65536};  // series buckets, coarse to fine
   size_t owner_levels = 2;         // the first levels carry the split by owner
   size_t max_owners = 12;          // owners beyond these are one "other"
+  size_t top_stacks = 8;           // the series' split by stack: the largest at the peak, then "other"
 };
 
 // One level of a series: a point per bucket (or per event when the history is shorter).
@@ -35,6 +36,7 @@ struct SeriesLevel {
   std::vector<uint64_t> allocated;  // the largest value reached in the bucket
   std::vector<uint64_t> reserved;   // the largest value reached in the bucket
   std::vector<std::vector<uint64_t>> by_owner;  // [owner][point] at the allocated maximum; empty if not kept
+  std::vector<std::vector<uint64_t>> by_stack;  // [stack group][point], likewise (DeviceModel::top_stacks)
 };
 
 struct LiveItem {
@@ -42,6 +44,7 @@ struct LiveItem {
   uint64_t addr = 0;
   uint32_t owner = 0;
   reader::StackId stack = 0;
+  uint32_t group = 0;  // its stack's group in the series' split by stack
 };
 
 struct StackBytes {
@@ -60,6 +63,7 @@ struct Moment {
   NodeBytes live[2];                   // the live set on the short and the full tree (LiveTrees)
   std::vector<uint64_t> by_owner;      // bytes per owner id
   std::vector<uint64_t> count_by_owner;
+  std::vector<uint64_t> by_stack;      // bytes per stack group
   std::vector<LiveItem> top;           // largest first
 };
 
@@ -82,6 +86,7 @@ struct DeviceModel {
   std::string title;
   analysis::DeviceHistory history;  // the figures `summary` prints (without the live sets)
   std::vector<SeriesLevel> series;  // coarse to fine
+  std::vector<reader::StackId> top_stacks;  // the stack groups but the last ("other stacks")
   std::vector<Marker> markers;
   std::vector<Moment> moments;      // in time order; the last is the end
   size_t peak_moment = 0;           // index into moments

@@ -54,7 +54,8 @@
     this.canSplit = this.levels.some((l) => l.by_owner);
     this.byOwner = this.canSplit;
     if (this.canSplit) {
-      this.modeButtons = [[true, 'Stacked by owner'], [false, 'Totals, finest detail']].map(([on, label]) => el('button', {
+      const by = this.report.group_label || 'owner';
+      this.modeButtons = [[true, 'Stacked by ' + by], [false, 'Totals, finest detail']].map(([on, label]) => el('button', {
         type: 'button', class: 'seg', 'data-by-owner': on ? 'true' : 'false', 'aria-pressed': on === this.byOwner ? 'true' : 'false',
         text: label, onclick: () => this.setByOwner(on),
       }));

@@ -176,7 +176,19 @@
 
     const tl = section('timeline', 'Memory over time');
     root.appendChild(tl);
-    this.timeline = timed('timeline', () => new MT.Timeline(tl, R, dev, (t) => this.pickTime(t)));
+    this.timelineBox = el('div', { class: 'timeline-box' });
+    const groups = dev.stack_groups || [];
+    if (groups.length && (dev.series || []).some((l) => l.by_stack)) {
+      // The split by owner or by the largest stacks at the peak: the same chart over other groups.
+      this.splitButtons = [['owner', 'Split by owner'], ['stack', 'Split by top stacks']].map(([k, label]) => el('button', {
+        type: 'button', class: 'seg', 'data-split-by': k, 'aria-pressed': k === 'owner' ? 'true' : 'false', text: label,
+        onclick: () => this.setSplitBy(k),
+      }));
+      tl.appendChild(el('div', { class: 'toolbar' }, el('div', { class: 'segmented', role: 'group', 'aria-label': 'split by' }, this.splitButtons)));
+    }
+    tl.appendChild(this.timelineBox);
+    this.splitBy = 'owner';
+    this.timeline = timed('timeline', () => this.makeTimeline());
 
     this.momentSection = section('moment', 'What was live');
     root.appendChild(this.momentSection);
@@ -269,7 +281,40 @@
       m.entry != null && unit !== 'entry' ? el('span', { class: 'muted', text: 'entry ' + MT.count(m.entry) }) : null);
     this.renderOwnerBar(m.by_owner || [], m.allocated_bytes);
     this.live.show({ live: m.live, top: m.top, rootName: 'live at ' + momentName(m) });
-    if (this.timeline) this.timeline.setMoment(m);
+    if (this.timeline) this.timeline.setMoment(this.splitBy === 'stack' ? this.byStackMoment(m) : m);
+  };
+
+  // The chart split by owner (the data as it is), or by stack group: the same data with the
+  // groups' series and names in the owners' place.
+  D.makeTimeline = function () {
+    const dev = this.dev;
+    let report = R;
+    let device = dev;
+    if (this.splitBy === 'stack') {
+      const names = (dev.stack_groups || []).map((g) => g.label).concat(['other stacks']);
+      report = Object.assign({}, R, { owners: names, group_label: 'stack' });
+      device = Object.assign({}, dev, {
+        series: dev.series.map((l) => Object.assign({}, l, { by_owner: l.by_stack || null })),
+        moments: dev.moments.map((m) => this.byStackMoment(m)),
+      });
+    }
+    return new MT.Timeline(this.timelineBox, report, device, (t) => this.pickTime(t));
+  };
+
+  D.byStackMoment = function (m) {
+    return Object.assign({}, m, { by_owner: m.by_stack || [] });
+  };
+
+  D.setSplitBy = function (k) {
+    if (k === this.splitBy) return;
+    this.splitBy = k;
+    for (const b of this.splitButtons) b.setAttribute('aria-pressed', b.dataset.splitBy === k ? 'true' : 'false');
+    if (this.timeline) this.timeline.destroy();
+    this.timelineBox.textContent = '';
+    this.timelineBox.dataset.splitBy = k;
+    this.timeline = this.makeTimeline();
+    const m = this.dev.moments[this.momentIndex];
+    if (m) this.timeline.setMoment(this.splitBy === 'stack' ? this.byStackMoment(m) : m);
   };
 
   D.renderOwnerBar = function (byOwner, total) {

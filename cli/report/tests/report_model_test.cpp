@@ -58,11 +58,22 @@ TEST_CASE("every device's peak, end and OOM figures are the ones the text report
         for (uint64_t v : l.reserved) series_reserved = std::max(series_reserved, v);
         CHECK(*std::max_element(l.allocated.begin(), l.allocated.end()) == h.peak_allocated);
         CHECK(std::is_sorted(l.t.begin(), l.t.end()));
-        // By owner, the points stack to the total exactly.
+        // By owner and by stack group, the points stack to the total exactly.
+        CHECK(l.by_owner.empty() == l.by_stack.empty());
         for (size_t p = 0; p < l.t.size() && !l.by_owner.empty(); ++p) {
-          uint64_t sum = 0;
+          uint64_t sum = 0, by_stack = 0;
           for (const auto& o : l.by_owner) sum += o[p];
+          for (const auto& g : l.by_stack) by_stack += g[p];
           CHECK(sum == l.allocated[p]);
+          CHECK(by_stack == l.allocated[p]);
+        }
+      }
+      // The stack groups are the largest stacks at the peak, largest first.
+      CHECK(d.top_stacks.size() <= 8);
+      {
+        const report::Moment& pk = d.moments[d.peak_moment];
+        for (size_t g = 0; g + 1 < pk.by_stack.size(); ++g) {
+          if (g > 0) CHECK(pk.by_stack[g - 1] >= pk.by_stack[g]);
         }
       }
       CHECK(series_alloc == h.peak_allocated);
@@ -91,6 +102,7 @@ TEST_CASE("each moment's live set adds up to its total on both trees, and the ow
         CHECK(sum_live(mo.live[report::kShortTree]) == mo.allocated);
         CHECK(sum_live(mo.live[report::kAllTree]) == mo.allocated);
         CHECK(std::accumulate(mo.by_owner.begin(), mo.by_owner.end(), uint64_t{0}) == mo.allocated);
+        CHECK(std::accumulate(mo.by_stack.begin(), mo.by_stack.end(), uint64_t{0}) == mo.allocated);
         CHECK(mo.top.size() <= 10);
         CHECK(std::is_sorted(mo.top.begin(), mo.top.end(),
                              [](const report::LiveItem& a, const report::LiveItem& b) { return a.bytes > b.bytes; }));

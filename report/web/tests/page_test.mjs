@@ -233,6 +233,21 @@ try {
   eq(f.liveTotal[0], f.liveTotal[1], 'live total after the click');
   check(f.firstFrames !== before.firstFrames, 'the flame graph is redrawn for the new moment');
 
+  // The chart split by the largest stacks at the peak, and back by owner.
+  if (await page.$('.device button[data-split-by="stack"]')) {
+    await page.click('.device button[data-split-by="stack"]');
+    const split = await page.evaluate(() => {
+      const R = window.MEMTRACE_REPORT;
+      const root = document.querySelector('.device');
+      const dev = R.devices.find((d) => String(d.device) === root.dataset.device);
+      const names = [...root.querySelectorAll('.legend .lg-name')].map((e) => e.textContent);
+      return { names, groups: (dev.stack_groups || []).map((g) => g.label) };
+    });
+    check(split.groups.every((g) => split.names.includes(g)), `split by stack: the legend names ${JSON.stringify(split.names)}`);
+    await page.click('.device button[data-split-by="owner"]');
+    check(await page.evaluate(() => !!document.querySelector('.device .timeline canvas')), 'split by owner again: the chart is drawn');
+  }
+
   // Zoom: a drag selects a narrow window, the level of detail follows, a double-click resets.
   await page.mouse.move(box.x + box.width * 0.60, box.y + box.height * 0.5);
   await page.mouse.down();
