@@ -12,9 +12,11 @@
    Targets: written in under 10 s, under 25 MB.
 3. When the browser harness is installed (report/web/tests), loads the page in headless Chromium
    and times navigation to first draw (window.MEMTRACE_READY). Target: under 3 s.
-   PyTorch's viewer (pytorch.org/memory_viz, torch/utils/viz/MemoryViz.js) is not timed beside it:
-   it imports d3 from a CDN when it loads, so it cannot open on a machine without the network,
-   which is where this benchmark runs; the bench says so rather than print a figure.
+   PyTorch's viewer (torch/utils/viz/MemoryViz.js) is not timed beside it: it is not on this
+   machine and cannot be brought here (Debian's python3-torch 2.6 leaves it out, and the HTML that
+   torch.cuda._memory_viz writes imports it, and d3, from a CDN when it loads), so it cannot open
+   without the network, which is where this benchmark runs; the bench says so rather than print a
+   figure.
 Not a test: figures depend on the machine; the load is printed with them.
 """
 import argparse
@@ -140,7 +142,7 @@ def main():
     if os.path.exists(timer):
         r = subprocess.run(['node', timer, page], capture_output=True, text=True)
         print(r.stdout.strip() or r.stderr.strip())
-        print("PyTorch's memory_viz: not timed (it imports d3 from a CDN at load; this machine has no network)")
+        print("PyTorch's memory_viz: not timed (its MemoryViz.js and d3 load from a CDN; no network here)")
     else:
         print('(browser timing skipped: report/web/tests/time_page.mjs is not there)')
     if not args.keep:
