@@ -64,6 +64,11 @@ cmake --build "$BUILD_DIR" -j"$(nproc)"
 # MEMTRACE_REQUIRE_PYTHONS=1, fails instead).
 ./scripts/fetch-pythons.sh "$BUILD_DIR/pythons" || echo "memtrace setup: some Python interpreters could not be fetched; their tests will skip" >&2
 
+# PyTorch's own snapshot reader, torch/cuda/_memory_viz.py, from Debian's python3-torch (unpacked,
+# not installed), for the test that runs it on memtrace's snapshots (tests/consumers/).
+./scripts/fetch-memory-viz.sh "$BUILD_DIR/memory_viz" ||
+  echo "memtrace setup: warning: PyTorch's _memory_viz.py could not be fetched; its test will skip" >&2
+
 # The npm packages of the browser tests (the real speedscope app, playwright-core), exactly as
 # tests/browser/package-lock.json pins them, into $BUILD_DIR/browser. Without the npm registry
 # those tests say skipped (CI, which sets MEMTRACE_REQUIRE_BROWSER=1, fails instead).

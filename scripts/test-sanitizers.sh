@@ -34,6 +34,9 @@ cmake --build "$ASAN_BUILD_DIR" -j"$(nproc)"
 if [ -d "$BUILD_DIR/pythons" ] && [ ! -e "$ASAN_BUILD_DIR/pythons" ]; then
   ln -s "$(cd "$BUILD_DIR/pythons" && pwd)" "$ASAN_BUILD_DIR/pythons"
 fi
+if [ -d "$BUILD_DIR/memory_viz" ] && [ ! -e "$ASAN_BUILD_DIR/memory_viz" ]; then
+  ln -s "$(cd "$BUILD_DIR/memory_viz" && pwd)" "$ASAN_BUILD_DIR/memory_viz"
+fi
 if [ -d "$BUILD_DIR/browser" ] && [ ! -e "$ASAN_BUILD_DIR/browser" ]; then
   ln -s "$(cd "$BUILD_DIR/browser" && pwd)" "$ASAN_BUILD_DIR/browser"
 fi
