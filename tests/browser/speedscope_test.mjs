@@ -85,9 +85,13 @@ async function tables(p) {
   });
 }
 
-async function sandwichRows(p) {
+// The table draws its rows on later frames (it lays out what is in view first): wait for as many as
+// the check below needs, rather than read them as soon as the header is there.
+async function sandwichRows(p, atLeast) {
   await p.page.getByText('Sandwich').click();
   await p.waitFor(() => [...document.querySelectorAll('th')].some((th) => th.textContent.includes('Symbol Name')));
+  await p.waitFor((n) => [...document.querySelectorAll('table tr')].filter((tr) => tr.cells.length === 3 &&
+    tr.cells[0].tagName === 'TD').length >= n, atLeast).catch(() => {});
   return (await tables(p)).frames;
 }
 
@@ -98,7 +102,7 @@ async function checkProfile(p, name, file, k) {
   await p.waitFor((s) => document.body.innerText.includes(s), shown);
   check(profile.unit === 'bytes', `${name}: profile ${k} has unit ${profile.unit}`);
   const want = expectedRows(file, profile);
-  const rows = await sandwichRows(p);
+  const rows = await sandwichRows(p, Math.min(want.size, 20));
   // The table draws the rows in view only: every drawn row must be right, and enough be drawn.
   check(rows.length >= Math.min(want.size, 20), `${name}: profile ${k}: ${rows.length} rows drawn of ${want.size}`);
   for (const r of rows) {
