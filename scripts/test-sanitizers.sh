@@ -20,7 +20,7 @@
 #   process.glue_dlsym            dlsym(RTLD_NEXT, "malloc") finds the sanitizer's malloc, rightly
 #   process.secure_execution      a setuid program does not load the sanitizer from LD_PRELOAD
 #   process.deep_bind             the sanitizer's runtime refuses dlopen(RTLD_DEEPBIND) outright
-#   process.cli_* process.example_* process.caching_example install_layout
+#   process.cli_* process.example_* process.caching_example install_layout consumer_memory_viz browser_report_pages
 #                                 run programs of the installed tree, built without the runtime
 #                                 in front; covered by the same programs' direct cases
 set -euo pipefail
@@ -46,4 +46,4 @@ export MEMTRACE_TEST_PRELOAD_FIRST="$runtime"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j"$(nproc)" --timeout 300 \
-      -E '^(process\.(stack_paths|signal_fault_refused|glue_dlsym|secure_execution|deep_bind|cli_.*|example_.*|caching_example)|install_layout)$'
+      -E '^(process\.(stack_paths|signal_fault_refused|glue_dlsym|secure_execution|deep_bind|cli_.*|example_.*|caching_example)|install_layout|consumer_memory_viz|browser_report_pages)$'
