@@ -198,6 +198,12 @@ int cmd_run(int argc, char** argv) {
     return kExitCannotRun;
   }
   if (!set_env("LD_PRELOAD", prepend_entry(lib, std::getenv("LD_PRELOAD"), true))) return kExitCannotRun;
+  // NVTX ranges (docs/ranges.md): NVTX loads the tool this names. One already named (a profiler
+  // the user runs memtrace under) is kept; the library says so once.
+  const char* nvtx = std::getenv("NVTX_INJECTION64_PATH");
+  const char* nvtx_setting = std::getenv("MEMTRACE_NVTX");
+  const bool nvtx_off = nvtx_setting && std::string_view(nvtx_setting) == "0";
+  if (!nvtx_off && (!nvtx || !*nvtx) && !set_env("NVTX_INJECTION64_PATH", lib)) return kExitCannotRun;
 
   if (o.sim) {
     std::string sim = sim_library_dir(prefix);

@@ -319,6 +319,17 @@ Config parse_config(GetEnvFn getenv_fn) {
                        c.max_entries);
   }
   if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) parse_skip_actions(v, &c);
+  if (const char* v = getenv_fn("MEMTRACE_RANGE_HISTORY")) {
+    long long n;
+    if (parse_int(v, 0, 16777216, &n))
+      c.range_history = static_cast<size_t>(n);
+    else
+      log::cold().warn("MEMTRACE_RANGE_HISTORY='{}' is not a whole number from 0 to 16777216; using {}", v,
+                       c.range_history);
+  }
+  if (const char* v = getenv_fn("MEMTRACE_NVTX")) {
+    if (!parse_bool(v, &c.nvtx)) log::cold().warn("MEMTRACE_NVTX='{}' is not 0 or 1; using 1", v);
+  }
   if (const char* v = getenv_fn("MEMTRACE_SIGNAL")) parse_dump_signal(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_INTERVAL")) parse_interval(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_MAX_STACKS")) {

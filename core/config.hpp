@@ -35,6 +35,9 @@ struct Config {
                                               // the CPUs the process may use, at most 8)
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
+  size_t range_history = 65536;               // MEMTRACE_RANGE_HISTORY: range starts and ends kept
+                                              // for external_annotations (0 keeps none)
+  bool nvtx = true;                           // MEMTRACE_NVTX: take NVTX ranges through its injection
   bool debug = false;                         // MEMTRACE_DEBUG: a synonym of MEMTRACE_LOG_LEVEL=debug
   log::Level log_level = log::Level::info;    // MEMTRACE_LOG_LEVEL (see log_level_setting)
   int dump_signal = 12;                       // MEMTRACE_SIGNAL (SIGUSR2; 0 = none)

@@ -28,6 +28,10 @@ enum class MemKind : uint8_t {
 constexpr int kMemKindCount = 7;
 inline bool is_host(MemKind k) { return k == MemKind::HostPinned || k == MemKind::HostRegistered; }
 
+// A marker (nvtxMark, memtrace_annotate): recorded as the action a reader makes of names it does
+// not know, and written under PyTorch's name for annotations, 'annotate' (docs/ranges.md).
+inline constexpr Action kMarkerAction = Action::Other;
+
 // One trace entry. Fixed size, no pointers to heap memory: the ring is a flat array.
 struct TraceEntry {
   uint64_t time_us = 0;      // Unix microseconds, as PyTorch writes it (ticks inside the ring)
@@ -37,6 +41,8 @@ struct TraceEntry {
   uint64_t device_free = 0;  // oom only
   const char* note = nullptr;  // static string (user_metadata), e.g. the NCCL call in progress
   uint32_t stack_id = 0;     // 0 = no stack
+  uint32_t range = 0;        // the thread's open push/pop ranges (a RangeTable node), 0 = none
+  uint32_t phase = 0;        // the process-wide start/end ranges open then (docs/ranges.md)
   int16_t device = 0;        // -1 for host entries
   Action action = Action::Alloc;
   MemKind kind = MemKind::Device;

@@ -6,10 +6,11 @@
 
 namespace memtrace {
 
-void Recorder::configure(size_t max_entries, uint32_t skip_actions_mask) {
+void Recorder::configure(size_t max_entries, uint32_t skip_actions_mask, size_t max_range_events) {
   SpinGuard g(ring_lock_);
   clock_.start();
   ring_.reset(max_entries);
+  range_log_.reset(max_range_events);
   skip_mask_ = skip_actions_mask;
 }
 
@@ -75,6 +76,8 @@ void Recorder::emit_alloc(const AllocRecord& r) {
   e.stream = r.stream;
   e.note = r.note;
   e.stack_id = r.stack_id;
+  e.range = r.range;
+  e.phase = r.phase;
   e.device = r.device;
   e.kind = r.kind;
   e.action = Action::SegmentAlloc;
@@ -92,6 +95,8 @@ void Recorder::emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_i
   e.stream = stream;
   e.note = r.note;
   e.stack_id = stack_id ? stack_id : r.stack_id;
+  e.range = r.range;  // a free carries its allocation's ranges, as it carries its stack
+  e.phase = r.phase;
   e.device = r.device;
   e.kind = r.kind;
   e.size = r.requested;
@@ -149,8 +154,10 @@ void Recorder::restore(const AllocRecord& r) {
 }
 
 void Recorder::record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free,
-                          uint32_t stack_id, const char* note) {
+                          uint32_t stack_id, const char* note, uint32_t range, uint32_t phase) {
   TraceEntry e;
+  e.range = range;
+  e.phase = phase;
   e.time_us = now_ticks();
   e.action = Action::Oom;
   e.size = size;
@@ -159,6 +166,19 @@ void Recorder::record_oom(int device, uint64_t size, uint64_t stream, uint64_t d
   e.stack_id = stack_id;
   e.device = static_cast<int16_t>(device);
   e.note = note;
+  SpinGuard rg(ring_lock_);
+  push(e);
+}
+
+void Recorder::record_marker(int device, const char* text, uint32_t stack_id, uint32_t range, uint32_t phase) {
+  TraceEntry e;
+  e.time_us = now_ticks();
+  e.action = kMarkerAction;
+  e.note = text;
+  e.stack_id = stack_id;
+  e.range = range;
+  e.phase = phase;
+  e.device = static_cast<int16_t>(device);
   SpinGuard rg(ring_lock_);
   push(e);
 }
@@ -232,6 +252,8 @@ void Recorder::emit_cached_purge(const AllocRecord& r, uint64_t t) {
   e.stream = r.stream;
   e.note = r.note;
   e.stack_id = r.stack_id;
+  e.range = r.range;
+  e.phase = r.phase;
   e.device = r.device;
   e.kind = MemKind::Cached;
   if (r.cache == CacheRole::Block) {
@@ -265,6 +287,8 @@ void Recorder::cached_block_alloc(const AllocRecord& r) {
   e.stream = r.stream;
   e.note = r.note;
   e.stack_id = r.stack_id;
+  e.range = r.range;
+  e.phase = r.phase;
   e.device = r.device;
   e.kind = MemKind::Cached;
   e.action = Action::Alloc;
@@ -296,6 +320,8 @@ bool Recorder::cached_block_free_completed(uint64_t addr) {
   e.stream = r.stream;
   e.note = r.note;
   e.stack_id = r.stack_id;
+  e.range = r.range;
+  e.phase = r.phase;
   e.device = r.device;
   e.kind = MemKind::Cached;
   SpinGuard rg(ring_lock_);
@@ -409,6 +435,10 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   for (TraceEntry& e : c.trace) e.time_us = clock.to_us(e.time_us);
   for (AllocRecord& r : c.live) r.time_us = clock.to_us(r.time_us);
   for (HandleRecord& h : c.handles) h.time_us = clock.to_us(h.time_us);
+  // Range starts and ends are not part of the cut: they are copied after it, so a dump may list a
+  // range that started after its last entry, never lose one that started before.
+  range_log_.copy_to(&c.range_events, &c.range_events_dropped);
+  for (RangeEvent& e : c.range_events) e.time_us = clock.to_us(e.time_us);
   c.time_us = now_us();
   c.dropped_entries = first;
   c.total_entries = cut;
@@ -435,6 +465,7 @@ void Recorder::reset_after_fork() {
   handles_.clear();
   ring_lock_.reset();
   ring_.clear();
+  range_log_.clear();
   for (auto& d : device_) d = UsageStats{};
   for (auto& o : owner_device_) o = UsageStats{};
   host_ = UsageStats{};

@@ -7,6 +7,7 @@
 
 #include "core/addr_map.hpp"
 #include "core/clock.hpp"
+#include "core/range_log.hpp"
 #include "core/records.hpp"
 #include "core/spinlock.hpp"
 #include "core/trace_ring.hpp"
@@ -19,8 +20,8 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  // Sizes the ring and sets which actions are skipped. Clears history.
-  void configure(size_t max_entries, uint32_t skip_actions_mask);
+  // Sizes the ring and the range log and sets which actions are skipped. Clears history.
+  void configure(size_t max_entries, uint32_t skip_actions_mask, size_t max_range_events = 0);
 
   // Times handed in (AllocRecord::time_us, HandleRecord::time_us) are now_ticks() readings;
   // copy_state() hands them out as Unix microseconds.
@@ -42,7 +43,13 @@ class Recorder {
   bool is_live(uint64_t addr);
 
   void record_oom(int device, uint64_t size, uint64_t stream, uint64_t device_free, uint32_t stack_id,
-                  const char* note);
+                  const char* note, uint32_t range = 0, uint32_t phase = 0);
+  // A marker (nvtxMark, memtrace_annotate; docs/ranges.md). `text` must outlive the recorder.
+  void record_marker(int device, const char* text, uint32_t stack_id, uint32_t range, uint32_t phase);
+  // Range starts and ends (docs/ranges.md), pushed by whoever tracks ranges, without a lock.
+  void record_range(uint32_t node, int device, RangeStage stage) {
+    range_log_.push(now_ticks(), node, static_cast<int16_t>(device), stage);
+  }
 
   // MEMTRACE_ALLOCATOR=caching: the allocator's actions, recorded as it reports them (under its
   // own lock, hence in its order). Its records are MemKind::Cached, segments and blocks apart
@@ -110,6 +117,7 @@ class Recorder {
   AddrMap<HandleRecord> handles_;
   SpinLock ring_lock_;
   TraceRing ring_;
+  RangeLog range_log_;
   uint32_t skip_mask_ = 0;
   TickClock clock_;  // set by configure
 

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "core/event.hpp"
+#include "core/range_log.hpp"
+#include "core/range_table.hpp"
 
 namespace memtrace {
 
@@ -36,6 +38,8 @@ struct AllocRecord {
   uint64_t handle = 0;  // VmmMapping: the physical allocation handle mapped here
   const char* note = nullptr;
   uint32_t stack_id = 0;
+  uint32_t range = 0;  // ranges open at the allocation (TraceEntry::range, ::phase)
+  uint32_t phase = 0;
   uint16_t owner = 0;
   int16_t device = 0;  // -1 for host memory not tied to a device
   MemKind kind = MemKind::Device;
@@ -87,6 +91,12 @@ struct StateCopy {
   // runs no Python) and how many captures found the frame chain unreadable (those stacks have no
   // Python frames).
   std::string python_support;
+  // Ranges (docs/ranges.md), filled in by whoever owns the range table: every node (index = id)
+  // and name (index = id) at the cut, and the range starts and ends kept, oldest first.
+  std::vector<RangeNode> range_nodes;
+  std::vector<std::string> range_names;
+  std::vector<RangeEvent> range_events;
+  uint64_t range_events_dropped = 0;
   bool python_direct = false;  // frames read without the GIL: python_walks_failed means something
   uint64_t python_walks_failed = 0;
 };

@@ -232,6 +232,46 @@ std::string SnapshotWriter::ids_key() const {
   return std::string(reinterpret_cast<const char*>(ids_.data()), ids_.size() * sizeof(uint32_t));
 }
 
+// ---- ranges ----
+
+void SnapshotWriter::resolve_ranges(uint32_t id) {
+  range_names_.clear();
+  ranges_->names(id, &range_names_);
+}
+
+void SnapshotWriter::range_list(uint32_t id) {
+  RangeMemo& m = range_memo_[id];
+  if (m.list != kNotYet) {
+    w_.get(m.list);
+    return;
+  }
+  resolve_ranges(id);
+  w_.begin_list();
+  for (std::string_view n : range_names_) {
+    w_.item();
+    shared_str(n);
+  }
+  w_.end_list();
+  m.list = w_.memoize();
+}
+
+// user_metadata of an event with ranges and no note: what PyTorch's viewer prints with it.
+void SnapshotWriter::range_text(uint32_t id) {
+  RangeMemo& m = range_memo_[id];
+  if (m.text != kNotYet) {
+    w_.get(m.text);
+    return;
+  }
+  resolve_ranges(id);
+  std::string text;
+  for (std::string_view n : range_names_) {
+    if (!text.empty()) text += " > ";
+    text += n;
+  }
+  w_.str(text);
+  m.text = w_.memoize();
+}
+
 // ---- the stream ----
 
 void SnapshotWriter::begin() {
@@ -371,18 +411,25 @@ void SnapshotWriter::entry_dict(const Entry& e, std::string_view unshared_note) 
     key(Key::CompileContext);
     constant(kEmptyValue);
   }
+  const bool has_ranges = ranges_ && e.ranges != 0;
   if (!e.kept.has(key_name(Key::UserMetadata))) {
     key(Key::UserMetadata);
-    if (unshared_note.empty())
-      note(e.note);
-    else
+    if (!unshared_note.empty())
       w_.str(unshared_note);
+    else if (has_ranges && (e.note == nullptr || *e.note == '\0'))
+      range_text(e.ranges);
+    else
+      note(e.note);
   }
   key(Key::Category);
   write_category(e.category);
   if (e.action == Action::Oom) {
     key(Key::DeviceFree);
     exact_beside(Key::DeviceFreeExact, e.device_free);
+  }
+  if (has_ranges && !e.kept.has(key_name(Key::Ranges))) {
+    key(Key::Ranges);
+    range_list(e.ranges);
   }
   kept_pairs(e.kept);
   // Last, so that the first entry memoizes every key before any frame (small BINGET indices).
@@ -423,9 +470,19 @@ void SnapshotWriter::block(const Block& b) {
   constant(state_constant(b.state));
   key(Key::Frames);
   frames(b.stack);
-  if (b.note && *b.note && !b.kept.has(key_name(Key::UserMetadata))) {
-    key(Key::UserMetadata);
-    note(b.note);
+  const bool has_ranges = ranges_ && b.ranges != 0;
+  if (!b.kept.has(key_name(Key::UserMetadata))) {
+    if (b.note && *b.note) {
+      key(Key::UserMetadata);
+      note(b.note);
+    } else if (has_ranges) {
+      key(Key::UserMetadata);
+      range_text(b.ranges);
+    }
+  }
+  if (has_ranges && !b.kept.has(key_name(Key::Ranges))) {
+    key(Key::Ranges);
+    range_list(b.ranges);
   }
   kept_pairs(b.kept);
   w_.end_dict();

@@ -67,6 +67,7 @@ struct Entry {
   const char* note = nullptr;  // user_metadata: a static string, or nullptr for ''
   Category category = 0;
   uint32_t stack = 0;  // 0: no stack, and no 'frames' key
+  uint32_t ranges = 0;  // 0: no ranges, and no 'ranges' key (RangeSource)
   Kept kept;           // keys a reader kept as they were (merge), written before 'frames'
 };
 
@@ -78,6 +79,15 @@ struct Block {
   uint32_t stack = 0;
   const char* note = nullptr;  // user_metadata when set (a static string)
   Kept kept;
+  uint32_t ranges = 0;  // 0: no ranges, and no 'ranges' key (RangeSource)
+};
+
+// The names of a range stack an Entry or Block names by id (docs/ranges.md), outermost first.
+// Each id is asked for once: its list is shared by memo after that.
+class RangeSource {
+ public:
+  virtual ~RangeSource() = default;
+  virtual void names(uint32_t id, std::vector<std::string_view>* out) = 0;
 };
 
 struct Segment {
@@ -169,6 +179,8 @@ class SnapshotWriter {
   void allocator_settings(const RawValues& raw, RawId top, const Settings& memtrace);
 
   const WriterStats& stats() const { return stats_; }
+  // Where Entry::ranges and Block::ranges are resolved; without one, neither is written.
+  void set_ranges(RangeSource* r) { ranges_ = r; }
 
  private:
   struct FrameKey {
@@ -212,6 +224,10 @@ class SnapshotWriter {
   // The pairs of a kept dict (keys equal to `skip` left out).
   void kept_pairs(const Kept& k, std::string_view skip = {});
   std::string ids_key() const;
+  // An entry's or block's 'ranges' list, and its user_metadata when it has no note of its own.
+  void range_list(uint32_t id);
+  void range_text(uint32_t id);
+  void resolve_ranges(uint32_t id);
 
   PickleWriter& w_;
   StackSource& stacks_;
@@ -227,6 +243,13 @@ class SnapshotWriter {
   std::unordered_map<std::string, uint32_t> list_memo_;
   int64_t empty_memo_ = -1;
   std::vector<Frame> tmp_;
+  RangeSource* ranges_ = nullptr;
+  struct RangeMemo {
+    uint32_t list = kNotYet;
+    uint32_t text = kNotYet;
+  };
+  std::unordered_map<uint32_t, RangeMemo> range_memo_;
+  std::vector<std::string_view> range_names_;
   std::vector<uint32_t> ids_;
 
   std::vector<std::string> categories_;

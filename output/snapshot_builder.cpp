@@ -41,6 +41,7 @@
 // * Each list within MEMTRACE_MAX_ENTRIES, completed halves and the marker counted: the oldest
 //   entries go first (docs/snapshot-format.md, "Each list within trace_alloc_max_entries").
 #include "output/snapshot_builder.hpp"
+#include "output/range_paths.hpp"
 
 #include <algorithm>
 #include <span>
@@ -75,7 +76,9 @@ class Stacks final : public format::StackSource {
 class Builder {
  public:
   Builder(const StateCopy& s, FrameSource& src, const BuildOptions& o, format::PickleWriter& w, BuildStats& st)
-      : s_(s), src_(src), o_(o), st_(st), stacks_(src), w_(w, stacks_, o.include_frames) {}
+      : s_(s), src_(src), o_(o), st_(st), stacks_(src), w_(w, stacks_, o.include_frames), ranges_(s) {
+    w_.set_ranges(&ranges_);
+  }
 
   void run() {
     partition();
@@ -121,7 +124,9 @@ class Builder {
     }
 
     w_.allocator_settings(top_settings(), metadata());
-    w_.end();
+    format::RawValues annotations;
+    const format::RawId list = external_annotations(&annotations);
+    w_.end(annotations, list, 0);
     st_.frame_lists = w_.stats().frame_lists;
     st_.frame_dicts = w_.stats().frame_dicts;
   }
@@ -275,7 +280,27 @@ class Builder {
     x.note = e.note;
     x.category = category_of(e.stack_id);
     x.stack = e.stack_id;
+    x.ranges = ranges_.id(e.range, e.phase);
+    if (a == kMarkerAction) x.other_action = format::kAnnotateAction;
     return x;
+  }
+
+  // Range starts and ends as PyTorch writes its record_function markers (docs/ranges.md).
+  format::RawId external_annotations(format::RawValues* raw) {
+    std::vector<format::RawId> items;
+    items.reserve(s_.range_events.size());
+    const format::RawId name_key = raw->str("name"), stage_key = raw->str("stage"),
+                        device_key = raw->str("device"), time_key = raw->str("time_us");
+    const format::RawId start = raw->str("START"), end = raw->str("END");
+    for (const RangeEvent& e : s_.range_events) {
+      const format::RawId kv[8] = {name_key,   raw->str(ranges_.name_of(e.node)),
+                                   stage_key,  e.stage == RangeStage::Start ? start : end,
+                                   device_key, raw->integer(e.device),
+                                   time_key,   raw->uinteger(e.time_us)};
+      items.push_back(raw->container(format::RawKind::kDict, kv, 8));
+    }
+    st_.range_events = items.size();
+    return raw->container(format::RawKind::kList, items.data(), items.size());
   }
 
   // Writes one list's entries (the caller opened the list), completing half free pairs; returns
@@ -329,8 +354,8 @@ class Builder {
     s.pool_id = std::pair<int64_t, int64_t>{0, 0};
     s.stack = r.stack_id;
     s.note = r.note;
-    const format::Block b{r.addr, r.size, std::min(r.requested, r.size), BlockState::ActiveAllocated, r.stack_id,
-                          r.note};
+    format::Block b{r.addr, r.size, std::min(r.requested, r.size), BlockState::ActiveAllocated, r.stack_id,
+                    r.note, {}, ranges_.id(r.range, r.phase)};
     w_.segment(s, std::span<const format::Block>(&b, 1));
   }
 
@@ -342,7 +367,7 @@ class Builder {
       blocks_.push_back(format::Block{
           b.addr, b.size, std::min(b.requested, b.size),
           (b.cache_flags & kCachePendingFree) ? BlockState::ActivePendingFree : BlockState::ActiveAllocated,
-          b.stack_id, b.note});
+          b.stack_id, b.note, {}, ranges_.id(b.range, b.phase)});
     }
     format::Segment s;
     s.device = r.device;
@@ -405,6 +430,7 @@ class Builder {
   BuildStats& st_;
   Stacks stacks_;
   format::SnapshotWriter w_;
+  RangePaths ranges_;
 
   static constexpr format::Category kNoCategory = UINT32_MAX;
   std::vector<format::Category> categories_;  // by stack id

@@ -12,7 +12,9 @@
 //   host_segments / host_traces  only when pinned host memory was seen (see snapshot_builder.cpp).
 //   allocator_settings  PyTorch's defaults, plus trace_alloc_max_entries / trace_alloc_overflowed and
 //                  a nested 'memtrace' dict of metadata (see snapshot_builder.cpp).
-//   external_annotations  [].
+//   external_annotations  the kept range starts and ends (docs/ranges.md); [] without ranges.
+//   Entries and blocks of events inside a range carry 'ranges' (and user_metadata when they have
+//   no note); markers are 'annotate' entries.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +70,7 @@ struct BuildStats {
   size_t trimmed_entries = 0;  // oldest kept entries left out to hold the per-list bound
   size_t orphan_blocks = 0;    // caching blocks inside no caching segment (written as segments)
   bool unknown_marker = false;  // the 'snapshot' entry with category 'unknown' was added
+  size_t range_events = 0;      // external_annotations written (range starts and ends)
 };
 
 // Writes a whole pickle (PROTO ... STOP) into w, which should be empty.

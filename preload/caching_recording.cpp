@@ -22,6 +22,7 @@
 //   lock) and leaves it in a thread-local the listener reads; the segment a request creates gets
 //   the same stack. Frees keep the block's stack (or the free's own with MEMTRACE_FREE_STACKS).
 #include "preload/caching_recording.hpp"
+#include "preload/ranges.hpp"
 
 #include <iterator>
 
@@ -86,6 +87,10 @@ AllocRecord RecordingListener::base_record(uint64_t addr, uint64_t size, uint32_
   r.device = static_cast<int16_t>(device_);
   r.note = t_request.note;
   r.stack_id = stack;
+  // The allocator reports in the thread that asked: its ranges are the request's.
+  const ranges::Current open = ranges::current();
+  r.range = open.range;
+  r.phase = open.phase;
   r.kind = MemKind::Cached;
   return r;
 }
@@ -107,6 +112,9 @@ TraceEntry RecordingListener::entry(const caching::AllocatorEvent& e, uint32_t s
   t.stream = e.stream;
   t.note = t_request.note;
   t.stack_id = stack;
+  const ranges::Current open = ranges::current();
+  t.range = open.range;
+  t.phase = open.phase;
   t.device = static_cast<int16_t>(device_);
   t.action = e.action;
   t.kind = MemKind::Cached;

@@ -1,4 +1,5 @@
 #include "preload/dumps.hpp"
+#include "preload/ranges.hpp"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -51,6 +52,7 @@ StateCopy state_of(Session& s) {
   state.distinct_stacks = s.stacks.size();
   state.stack_table_bytes = s.stacks.memory_bytes();
   state.owner_names = s.owners.names();
+  ranges::copy_table(&state);
   if (unwind::python_present()) {
     state.python_support = std::string(unwind::python_support());
     state.python_direct = unwind::python_reads_directly();

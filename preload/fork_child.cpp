@@ -3,6 +3,7 @@
 #include "preload/caching_mode.hpp"
 #include "preload/dump_triggers.hpp"
 #include "preload/dumps.hpp"
+#include "preload/ranges.hpp"
 #include "unwind/readable_memory.hpp"
 
 namespace memtrace::preload {
@@ -14,6 +15,7 @@ void reset_in_forked_child(Session& s) {
   unwind::safe_memory_reset();  // the parent may have been refreshing its table of mappings
   caching_mode::after_fork_child();
   dumps_after_fork_child();
+  ranges::after_fork_child();
   t_state.in_hook = false;
   dump_triggers_after_fork();
 }

@@ -7,7 +7,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/records.hpp"
+
 namespace memtrace::preload::ranges {
+
+using memtrace::StateCopy;
 
 // A range's domain: 0 is NVTX's default domain (and memtrace's API); others come from
 // domain_create() and name their ranges "domain:name".
@@ -31,6 +35,7 @@ void end(uint64_t id);
 
 // A marker (nvtxMark, memtrace_annotate): an 'annotate' trace entry on the thread's device.
 void mark(Domain d, std::string_view text);
+void mark_registered(Domain d, uint32_t name_id);
 
 // The calling thread's range node and the process-wide one, as an event records them.
 struct Current {
@@ -38,5 +43,11 @@ struct Current {
   uint32_t phase = 0;
 };
 Current current();
+
+// A dump: the range table's nodes and names into the copy (after the recorder's cut: the table
+// only grows, so every node the copy's events name is there).
+void copy_table(StateCopy* out);
+// In a forked child: locks another parent thread held are free again; the stacks stay.
+void after_fork_child();
 
 }  // namespace memtrace::preload::ranges

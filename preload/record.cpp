@@ -8,6 +8,7 @@
 #include "preload/exit_dump.hpp"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_table.hpp"
+#include "preload/ranges.hpp"
 
 namespace memtrace::preload {
 
@@ -20,6 +21,8 @@ struct CtxCache {
 };
 __thread CtxCache t_ctx_cache __attribute__((tls_model("initial-exec"))) = {0, 0, 0};
 }  // namespace
+
+int thread_device_hint() { return t_ctx_cache.device; }
 
 void invalidate_context_cache() { g_ctx_generation.fetch_add(1, std::memory_order_relaxed); }
 
@@ -54,6 +57,9 @@ void record_alloc(Session& s, const NewAlloc& a, void* caller) {
   r.device = static_cast<int16_t>(is_host(a.kind) ? -1 : (a.device >= 0 ? a.device : dev));
   r.time_us = now_ticks();
   r.note = t_state.note;
+  const ranges::Current open = ranges::current();
+  r.range = open.range;
+  r.phase = open.phase;
   r.stack_id = capture_stack_id(s, caller);
   r.owner = s.owners.owner_of(r.stack_id, s.stacks);
   s.recorder.record_alloc(r);
@@ -66,7 +72,8 @@ void record_oom(Session& s, uint64_t size, uint64_t stream, void* caller) {
   if (auto info = real_fn<Hook::cuMemGetInfo_v2, decltype(&::cuMemGetInfo_v2)>()) {
     if (info(&free_b, &total_b) != CUDA_SUCCESS) free_b = 0;
   }
-  s.recorder.record_oom(dev, size, stream, free_b, capture_stack_id(s, caller), t_state.note);
+  const ranges::Current open = ranges::current();
+  s.recorder.record_oom(dev, size, stream, free_b, capture_stack_id(s, caller), t_state.note, open.range, open.phase);
   note_oom_for_dump();
 }
 

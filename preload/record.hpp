@@ -10,6 +10,9 @@ namespace memtrace::preload {
 
 // Device of the calling thread's current context (0 if none), and that context.
 int current_device(uint64_t* ctx_out);
+// The device the calling thread last worked on, without asking the driver (0 before any):
+// what a range or a marker is filed under.
+int thread_device_hint();
 // Forget cached context → device answers (a context was destroyed).
 void invalidate_context_cache();
 

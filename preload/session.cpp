@@ -70,7 +70,7 @@ bool initialise() {
   }
   Session* s = new (g_storage) Session();
   s->config = cfg;
-  s->recorder.configure(cfg.max_entries, cfg.skip_actions);
+  s->recorder.configure(cfg.max_entries, cfg.skip_actions, cfg.range_history);
   s->stacks.limit_stacks(cfg.max_stacks);
   s->alloc_conf = parse_allocator_settings(cfg.alloc_conf);
   caching_mode::configure(cfg);

@@ -1735,6 +1735,68 @@ def case_thread_stress(ctx):
 
 
 @case
+def case_nvtx_ranges(ctx):
+    """NVTX ranges reach every allocation through NVTX's injection (docs/ranges.md)."""
+    r, snap = basic_case(ctx, "nvtx_ranges", category="nvtx_ranges")
+    check(r.out.values.get("LEVELS") == [["0", "1", "1", "0"]],
+          f"push/pop levels memtrace handed back: {r.out.values.get('LEVELS')}, expected 0 1 1 0")
+    want = {}
+    for words in r.out.values.get("RANGES", []):
+        path = " ".join(words[1:])
+        want[int(words[0], 16)] = [] if path == "-" else path.split(" > ")
+    check(len(want) == 11, f"the program printed {len(want)} distinct RANGES lines")
+    entries = [e for _, e in snap.entries()]
+    for addr, names in want.items():
+        mine = [e for e in entries if e.get("addr") == addr and e["action"] in ("alloc", "segment_alloc",
+                                                                               "free_requested", "free_completed")]
+        check(mine, f"no entries at {addr:#x}")
+        for e in mine:
+            check(e.get("ranges", []) == names,
+                  f"{e['action']} at {addr:#x}: ranges {e.get('ranges')}, expected {names}")
+            if names:
+                check(e["user_metadata"] == " > ".join(names),
+                      f"{e['action']} at {addr:#x}: user_metadata {e['user_metadata']!r}")
+            else:
+                check("ranges" not in e, f"{e['action']} at {addr:#x} carries 'ranges' outside every range")
+    blocks = {b["address"]: b for seg in snap.segments for b in seg["blocks"]}
+    live = r.out.live("dev")
+    check(len(live) == 10, f"{len(live)} allocations live at the end, expected 10")
+    for addr in live:
+        b = blocks.get(addr)
+        check(b is not None, f"no block at {addr:#x}")
+        check(b.get("ranges", []) == want[addr], f"block {addr:#x}: ranges {b.get('ranges')}, expected {want[addr]}")
+    marks = [e for e in entries if e["action"] == "annotate"]
+    check(len(marks) == 1 and marks[0]["user_metadata"] == "checkpoint" and marks[0].get("ranges") == ["step7"]
+          and marks[0]["addr"] == 0 and marks[0]["size"] == 0,
+          f"markers: {marks}")
+    ann = snap.data["external_annotations"]
+    check(all(set(a) == {"name", "stage", "device", "time_us"} and a["stage"] in ("START", "END") and a["device"] == 0
+              for a in ann), f"external_annotations not in PyTorch's shape: {ann[:4]}")
+    names = {}
+    for a in ann:
+        names.setdefault(a["name"], []).append((a["stage"], a["time_us"]))
+    for n in ("outer", "inner", "mydomain:layer1", "wide\u2713", "a", "mydomain:x", "step7", "worker0", "worker1"):
+        got = names.get(n)
+        check(got is not None and [g[0] for g in got] == ["START", "END"] and got[0][1] <= got[1][1],
+              f"external_annotations for {n!r}: {got}")
+    check(sorted(a["time_us"] for a in ann) == [a["time_us"] for a in ann], "external_annotations out of time order")
+
+    # MEMTRACE_NVTX=0: NVTX left alone, nothing recorded.
+    off = ctx.run([ctx.program("nvtx_ranges")], env={"MEMTRACE_NVTX": "0"})
+    expect_ok(off, "nvtx_ranges with MEMTRACE_NVTX=0")
+    s_off = off.snapshot()
+    check(not any("ranges" in e for _, e in s_off.entries()) and s_off.data["external_annotations"] == [],
+          "MEMTRACE_NVTX=0 still recorded ranges")
+    # Another tool named already: memtrace says so once and leaves it (NVTX then finds no tool).
+    other = os.path.join(ctx.tmp, "libother_tool.so")
+    mine = ctx.run([ctx.program("nvtx_ranges")], env={"NVTX_INJECTION64_PATH": other})
+    expect_ok(mine, "nvtx_ranges with another NVTX tool named")
+    check(mine.stderr.count("NVTX_INJECTION64_PATH already names another tool") == 1,
+          f"expected one line about the other tool:\n{mine.stderr}")
+    check(not any("ranges" in e for _, e in mine.snapshot().entries()), "ranges recorded although another tool was named")
+
+
+@case
 def case_thread_exit(ctx):
     ctx.need_preload()
     ctx.need_sim()
