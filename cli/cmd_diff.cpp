@@ -23,7 +23,7 @@ namespace {
 
 const CommandSpec kSpec{
     "diff",
-    "usage: memtrace diff [--json] [--device N] [--at end|peak] [--top N] A B\n"
+    "usage: memtrace diff [--json] [--device N] [--at end|peak] [--top N] [--by owner|stack|range] A B\n"
     "\n"
     "What grew and what shrank from snapshot A to snapshot B: each device's totals, then the live\n"
     "allocations by owner and by stack (matched by frame text), largest change first. Unchanged\n"
@@ -36,8 +36,10 @@ const CommandSpec kSpec{
     "  --at end      compare what is live at the end of each file (default)\n"
     "  --at peak     compare what was live at each device's peak\n"
     "  --top N       stack rows shown (text default 20; 0 = all)\n"
+    "  --by owner    by owner only; --by stack: by stack only; --by range: by range stack, matched\n"
+    "                by its names (default: by owner, then by stack)\n"
     "  --lenient     read a file that breaks the format's invariants (each named on stderr)\n",
-    2, 2, true, false, false, true};
+    2, 2, true, false, false, true, {}, true};
 
 struct Side {
   std::vector<DeviceHistory> devices;
@@ -54,9 +56,14 @@ Side collect(const reader::Snapshot& s, const std::vector<int>& devices, Moment 
   return side;
 }
 
-void row_json(JsonWriter& j, const DiffRow& r, bool frames) {
+void row_json(JsonWriter& j, const DiffRow& r, bool frames, bool range = false) {
   j.begin_object();
-  if (frames) {
+  if (range) {
+    j.field("range", r.key);
+    j.key("ranges").begin_array();
+    for (reader::StrId name : r.frames_from->range_path(r.range_id)) j.string(r.frames_from->str(name));
+    j.end_array();
+  } else if (frames) {
     j.field("owner", r.owner);
     j.key("frames").begin_array();
     for (reader::FrameId f : r.frames_from->stacks[r.stack_id]) j.string(frame_text(*r.frames_from, f));
@@ -111,47 +118,82 @@ void totals_text(const char* title, const DeviceHistory& ha, const DeviceHistory
   line("peak allocated", ha.peak_allocated, hb.peak_allocated);
 }
 
-// The rows of one comparison (all devices together, or the pinned host memory).
+// The rows of one comparison (all devices together, or the pinned host memory): the groupings
+// --by asks for (owners and stacks when it is not given).
 struct Rows {
-  std::vector<DiffRow> owners, stacks;
+  bool by_owner = true, by_stack = true, by_range = false;
+  std::vector<DiffRow> owners, stacks, ranges;
 };
 
 Rows diff_rows(const reader::Snapshot& a, const std::vector<LiveAlloc>& la, const reader::Snapshot& b,
-               const std::vector<LiveAlloc>& lb, StackView* view_a, StackView* view_b) {
+               const std::vector<LiveAlloc>& lb, StackView* view_a, StackView* view_b, std::optional<GroupBy> by) {
   Rows r;
-  r.owners = diff_groups(a, group_allocs(a, la, GroupBy::kOwner), b, group_allocs(b, lb, GroupBy::kOwner), true);
+  r.by_owner = !by || *by == GroupBy::kOwner;
+  r.by_stack = !by || *by == GroupBy::kStack;
+  r.by_range = by == GroupBy::kRange;
+  if (r.by_owner)
+    r.owners = diff_groups(a, group_allocs(a, la, GroupBy::kOwner), b, group_allocs(b, lb, GroupBy::kOwner), true);
   // Text rows match stacks by the frames shown (docs/reports.md, "Readable stacks"); JSON (no
   // views) by the whole stack.
-  r.stacks = diff_groups(a, group_allocs(a, la, GroupBy::kStack, view_a), b, group_allocs(b, lb, GroupBy::kStack, view_b),
-                         false);
+  if (r.by_stack)
+    r.stacks = diff_groups(a, group_allocs(a, la, GroupBy::kStack, view_a), b,
+                           group_allocs(b, lb, GroupBy::kStack, view_b), false);
+  if (r.by_range)
+    r.ranges = diff_groups(a, group_allocs(a, la, GroupBy::kRange), b, group_allocs(b, lb, GroupBy::kRange),
+                           GroupBy::kRange);
   return r;
 }
 
 void rows_json(JsonWriter& j, const Rows& rows, size_t top) {
-  size_t shown = top == 0 ? rows.stacks.size() : std::min(top, rows.stacks.size());
-  j.key("owners").begin_array();
-  for (const DiffRow& r : rows.owners) row_json(j, r, false);
-  j.end_array();
-  j.key("stacks").begin_array();
-  for (size_t i = 0; i < shown; ++i) row_json(j, rows.stacks[i], true);
-  j.end_array();
+  if (rows.by_owner) {
+    j.key("owners").begin_array();
+    for (const DiffRow& r : rows.owners) row_json(j, r, false);
+    j.end_array();
+  }
+  if (rows.by_stack) {
+    size_t shown = top == 0 ? rows.stacks.size() : std::min(top, rows.stacks.size());
+    j.key("stacks").begin_array();
+    for (size_t i = 0; i < shown; ++i) row_json(j, rows.stacks[i], true);
+    j.end_array();
+  }
+  if (rows.by_range) {
+    size_t shown = top == 0 ? rows.ranges.size() : std::min(top, rows.ranges.size());
+    j.key("ranges").begin_array();
+    for (size_t i = 0; i < shown; ++i) row_json(j, rows.ranges[i], false, true);
+    j.end_array();
+  }
+}
+
+// "  ... N more rows (<delta> together)" when `shown` left some out.
+void rest_text(const std::vector<DiffRow>& rows, size_t shown) {
+  if (shown >= rows.size()) return;
+  int64_t rest = 0;
+  for (size_t i = shown; i < rows.size(); ++i) rest += rows[i].delta();
+  std::printf("  ... %zu more rows (%s together)\n", rows.size() - shown, human_delta(rest).c_str());
 }
 
 void rows_text(const Rows& rows, const char* lead, size_t top, const reader::Snapshot* a, StackView& view_a,
                StackView& view_b) {
-  size_t shown = top == 0 ? rows.stacks.size() : std::min(top, rows.stacks.size());
-  std::printf("%s, by owner:\n", lead);
-  if (rows.owners.empty()) std::printf("  no change\n");
-  for (const DiffRow& r : rows.owners) row_text(r, false);
-  std::printf("%s, by stack:\n", lead);
-  if (rows.stacks.empty()) std::printf("  no change\n");
-  const size_t width = format::report_width(1);
-  for (size_t i = 0; i < shown; ++i)
-    row_text(rows.stacks[i], true, rows.stacks[i].frames_from == a ? &view_a : &view_b, width);
-  if (shown < rows.stacks.size()) {
-    int64_t rest = 0;
-    for (size_t i = shown; i < rows.stacks.size(); ++i) rest += rows.stacks[i].delta();
-    std::printf("  ... %zu more rows (%s together)\n", rows.stacks.size() - shown, human_delta(rest).c_str());
+  if (rows.by_owner) {
+    std::printf("%s, by owner:\n", lead);
+    if (rows.owners.empty()) std::printf("  no change\n");
+    for (const DiffRow& r : rows.owners) row_text(r, false);
+  }
+  if (rows.by_stack) {
+    size_t shown = top == 0 ? rows.stacks.size() : std::min(top, rows.stacks.size());
+    std::printf("%s, by stack:\n", lead);
+    if (rows.stacks.empty()) std::printf("  no change\n");
+    const size_t width = format::report_width(1);
+    for (size_t i = 0; i < shown; ++i)
+      row_text(rows.stacks[i], true, rows.stacks[i].frames_from == a ? &view_a : &view_b, width);
+    rest_text(rows.stacks, shown);
+  }
+  if (rows.by_range) {
+    size_t shown = top == 0 ? rows.ranges.size() : std::min(top, rows.ranges.size());
+    std::printf("%s, by range:\n", lead);
+    if (rows.ranges.empty()) std::printf("  no change\n");
+    for (size_t i = 0; i < shown; ++i) row_text(rows.ranges[i], false);
+    rest_text(rows.ranges, shown);
   }
 }
 
@@ -174,7 +216,7 @@ int cmd_diff(int argc, char** argv) {
   StackView view_a(*a, cl->frames), view_b(*b, cl->frames);
   StackView* va = cl->json ? nullptr : &view_a;
   StackView* vb = cl->json ? nullptr : &view_b;
-  Rows rows = diff_rows(*a, sa.allocs, *b, sb.allocs, va, vb);
+  Rows rows = diff_rows(*a, sa.allocs, *b, sb.allocs, va, vb, cl->by);
   // Pinned host memory, compared on its own (left out when --device picks one device).
   const bool host = !cl->device && (has_host_memory(*a) || has_host_memory(*b));
   DeviceHistory host_a, host_b;
@@ -183,7 +225,7 @@ int cmd_diff(int argc, char** argv) {
     host_a = analyze_host(*a);
     host_b = analyze_host(*b);
     host_rows = diff_rows(*a, cl->at == Moment::kPeak ? host_a.live_at_peak : host_a.live_at_end, *b,
-                          cl->at == Moment::kPeak ? host_b.live_at_peak : host_b.live_at_end, va, vb);
+                          cl->at == Moment::kPeak ? host_b.live_at_peak : host_b.live_at_end, va, vb, cl->by);
   }
   const char* at = cl->at == Moment::kPeak ? "peak" : "end";
   size_t top = cl->top.value_or(cl->json ? 0 : 20);
@@ -194,6 +236,10 @@ int cmd_diff(int argc, char** argv) {
     j.field("a", cl->args[0]);
     j.field("b", cl->args[1]);
     j.field("at", at);
+    if (cl->by == GroupBy::kRange) {
+      j.field("a_ranges_from", ranges_from_name(*a));
+      j.field("b_ranges_from", ranges_from_name(*b));
+    }
     j.key("devices").begin_array();
     for (size_t i = 0; i < devices.size(); ++i) {
       j.begin_object();

@@ -23,7 +23,7 @@ constexpr const char* kValueOptions[] = {"--format"};
 const CommandSpec kSpec{
     "flamegraph",
     "usage: memtrace flamegraph [--format folded|speedscope] [--at end|peak] [--device N] [--frames all]\n"
-    "                           [--json] FILE [-o OUT]\n"
+    "                           [--by owner|stack|range] [--json] FILE [-o OUT]\n"
     "\n"
     "The requested bytes live at the end or at the peak, by stack, for flame graph tools.\n"
     "Folded stacks (the default), one line per distinct stack: frames outermost first, ';' between\n"
@@ -39,10 +39,12 @@ const CommandSpec kSpec{
     "  --at peak   the allocations live at each device's peak\n"
     "  --device N  only device N (default: all devices; folded: together, speedscope: a profile each)\n"
     "  --frames all  every frame, in full (default: the frames that tell stacks apart)\n"
+    "  --by stack  the stacks alone (default); --by range: each stack under its range names, as\n"
+    "              frames of their own ('(no range)' for none); --by owner: under its owner\n"
     "  -o OUT      write there (default: stdout)\n"
     "  --json      with -o: report what was written as JSON on stdout\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
-    1, 1, true, true, false, false, kValueOptions};
+    1, 1, true, true, false, false, kValueOptions, true};
 
 struct Written {
   std::string text;
@@ -60,7 +62,7 @@ Written folded_output(const reader::Snapshot& snap, const CommandLine& cl) {
     allocs.insert(allocs.end(), v.begin(), v.end());
   }
   StackView view(snap, cl.frames);
-  auto lines = fold_allocs(snap, allocs, &view);
+  auto lines = fold_allocs(snap, allocs, &view, cl.by.value_or(GroupBy::kStack));
   Written w{folded_text(lines), lines.size(), 0};
   for (const FoldedLine& l : lines) w.bytes += l.bytes;
   return w;
@@ -75,7 +77,8 @@ Written speedscope_output(const reader::Snapshot& snap, const CommandLine& cl) {
   }
   StackView view(snap, cl.frames);
   const std::string& file = cl.args[0];
-  SpeedscopeFile f = speedscope_file(snap, profiles, &view, file == "-" ? "standard input" : file);
+  SpeedscopeFile f =
+      speedscope_file(snap, profiles, &view, file == "-" ? "standard input" : file, cl.by.value_or(GroupBy::kStack));
   return {f.json + "\n", f.samples, f.bytes};
 }
 
@@ -116,6 +119,7 @@ int cmd_flamegraph(int argc, char** argv) {
     j.field("output", cl->output);
     j.field("format", speedscope ? "speedscope" : "folded");
     j.field("at", moment_name(cl->at));
+    if (cl->by) j.field("by", *cl->by == GroupBy::kRange ? "range" : *cl->by == GroupBy::kOwner ? "owner" : "stack");
     j.field_uint("stacks", w.stacks);
     j.field_uint("total_bytes", w.bytes);
     j.end_object();

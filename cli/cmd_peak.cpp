@@ -20,7 +20,7 @@ namespace {
 
 const CommandSpec kSpec{
     "peak",
-    "usage: memtrace peak [--json] [--device N] [--top N] FILE\n"
+    "usage: memtrace peak [--json] [--device N] [--top N] [--by owner|stack|range] FILE\n"
     "\n"
     "Per device: the allocations alive when allocated bytes were highest, grouped by stack, largest\n"
     "first. Replayed from the history plus the final state: live blocks allocated before the first\n"
@@ -30,8 +30,9 @@ const CommandSpec kSpec{
     "  --device N  only device N\n"
     "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
     "  --top N     groups shown (text default 20; 0 = all)\n"
+    "  --by stack  group by stack (default); --by owner: by owner; --by range: by range stack\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
-    1, 1, false, false, false, true};
+    1, 1, false, false, false, true, {}, true};
 
 }  // namespace
 
@@ -48,6 +49,7 @@ int cmd_peak(int argc, char** argv) {
     j.begin_document();
     j.field("file", path);
     producer_json(j, s);
+    if (cl->by == GroupBy::kRange) j.field("ranges_from", ranges_from_name(s));
     j.key("devices").begin_array();
   } else {
     std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
@@ -56,7 +58,8 @@ int cmd_peak(int argc, char** argv) {
   const size_t width = format::report_width(1);
   for (int d : devices_to_report(s, cl->device)) {
     DeviceHistory h = analyze_device(s, d);
-    auto groups = group_allocs(s, h.live_at_peak, GroupBy::kStack, cl->json ? nullptr : &view);
+    const GroupBy by = cl->by.value_or(GroupBy::kStack);
+    auto groups = group_allocs(s, h.live_at_peak, by, cl->json ? nullptr : &view);
     if (cl->json) {
       j.begin_object();
       j.field_int("device", d);
@@ -65,8 +68,13 @@ int cmd_peak(int argc, char** argv) {
       j.field_int("peak_time_us", h.peak_time_us);
       j.field_uint("entries", h.entries);
       j.field_uint("allocations", h.live_at_peak.size());
-      j.key("stacks");
-      groups_json(j, s, groups, cl->top.value_or(0), true);
+      if (by == GroupBy::kRange) {
+        j.key("ranges");
+        range_groups_json(j, s, groups, cl->top.value_or(0));
+      } else {
+        j.key(by == GroupBy::kOwner ? "owners" : "stacks");
+        groups_json(j, s, groups, cl->top.value_or(0), by == GroupBy::kStack);
+      }
       j.key("out_of_memory");
       ooms_json(j, s, find_ooms(s, d));
       j.end_object();
@@ -78,7 +86,13 @@ int cmd_peak(int argc, char** argv) {
       std::printf("after entry %" PRId64 " of %zu (%s)\n", h.peak_index, h.entries, human_time_us(h.peak_time_us).c_str());
     else
       std::printf("before the first of %zu entries\n", h.entries);
-    print_groups(stdout, groups, cl->top.value_or(20), true, true, &view, width);
+    if (by == GroupBy::kRange) {
+      std::string origin = ranges_origin(s);
+      if (!origin.empty()) std::printf("  by range (%s):\n", origin.c_str());
+      print_range_groups(stdout, groups, cl->top.value_or(20), width);
+    } else {
+      print_groups(stdout, groups, cl->top.value_or(20), true, by == GroupBy::kStack, &view, width);
+    }
     print_ooms(stdout, find_ooms(s, d), view, width);
   }
   if (cl->json) {

@@ -21,7 +21,7 @@ namespace {
 
 const CommandSpec kSpec{
     "summary",
-    "usage: memtrace summary [--json] [--device N] FILE\n"
+    "usage: memtrace summary [--json] [--device N] [--by owner|stack|range] FILE\n"
     "\n"
     "Per device: reserved and allocated bytes now (from the segments) and at their peak (replayed\n"
     "from the history), live allocations, the history's span and whether it is truncated, bytes by\n"
@@ -33,8 +33,10 @@ const CommandSpec kSpec{
     "  --json      one JSON document on stdout\n"
     "  --device N  only device N (and no host memory section)\n"
     "  --frames all  every frame of each stack, in full (default: the frames that tell stacks apart)\n"
+    "  --by owner  live bytes by owner only; --by stack: the largest live stacks only; --by range:\n"
+    "              by range stack (NVTX ranges, record_function scopes; default: owner and stack)\n"
     "  --lenient   read a file that breaks the format's invariants (each named on stderr)\n",
-    1, 1};
+    1, 1, false, false, false, false, {}, true};
 
 constexpr size_t kTopStacks = 10;
 
@@ -54,7 +56,14 @@ std::string truncation(const reader::Snapshot& s, const DeviceHistory& h) {
 }
 
 // One history's section: a device's, or the pinned host memory's (which has no OOMs to report).
-void print_history(const reader::Snapshot& s, const DeviceHistory& h, StackView& view, size_t width) {
+// The title of the by-range rows: where the ranges came from, when not from 'ranges' keys.
+std::string range_title(const reader::Snapshot& s, const char* what) {
+  std::string origin = ranges_origin(s);
+  return std::string("  by range (") + what + (origin.empty() ? "" : ", " + origin) + "):\n";
+}
+
+void print_history(const reader::Snapshot& s, const DeviceHistory& h, StackView& view, size_t width,
+                   std::optional<GroupBy> by) {
   std::printf("  reserved       %s now, %s at peak, %s\n", human_bytes(h.reserved_now).c_str(),
               human_bytes(h.peak_reserved).c_str(), count_of(h.segment_count, "segment").c_str());
   std::printf("  allocated      %s now (%s in blocks), %s at peak", human_bytes(h.requested_now).c_str(),
@@ -72,35 +81,46 @@ void print_history(const reader::Snapshot& s, const DeviceHistory& h, StackView&
     std::printf("  history        none%s\n", why.empty() ? "" : (" (truncated: " + why + ")").c_str());
   std::printf("  fragmentation  %s free inside segments, largest free block %s\n",
               human_bytes(h.free_in_segments).c_str(), human_bytes(h.largest_free_block).c_str());
-  auto owners = group_allocs(s, h.live_at_end, GroupBy::kOwner);
-  if (!owners.empty()) {
-    std::printf("  by owner (live now):\n");
-    print_groups(stdout, owners, 0, true, false);
+  if (!by || *by == GroupBy::kOwner) {
+    auto owners = group_allocs(s, h.live_at_end, GroupBy::kOwner);
+    if (!owners.empty()) {
+      std::printf("  by owner (live now):\n");
+      print_groups(stdout, owners, 0, true, false);
+    }
   }
-  auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStack, &view);
-  if (!stacks.empty()) {
-    std::printf("  largest live stacks:\n");
-    print_groups(stdout, stacks, kTopStacks, true, true, &view, width);
+  if (!by || *by == GroupBy::kStack) {
+    auto stacks = group_allocs(s, h.live_at_end, GroupBy::kStack, &view);
+    if (!stacks.empty()) {
+      std::printf("  largest live stacks:\n");
+      print_groups(stdout, stacks, kTopStacks, true, true, &view, width);
+    }
+  }
+  if (by == GroupBy::kRange) {
+    auto ranges = group_allocs(s, h.live_at_end, GroupBy::kRange);
+    if (!ranges.empty()) {
+      std::fputs(range_title(s, "live now").c_str(), stdout);
+      print_range_groups(stdout, ranges, 0, width);
+    }
   }
 }
 
 void print_text(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices, bool host,
-                FrameMode frames) {
+                FrameMode frames, std::optional<GroupBy> by) {
   StackView view(s, frames);
   const size_t width = format::report_width(1);
   std::printf("%s: %s\n", path.c_str(), describe_producer(s).c_str());
   for (int d : devices) {
     std::printf("device %d\n", d);
-    print_history(s, analyze_device(s, d), view, width);
+    print_history(s, analyze_device(s, d), view, width, by);
     print_ooms(stdout, find_ooms(s, d), view, width);
   }
   if (host) {
     std::printf("pinned host memory (not device memory; PyTorch's viewer does not show it)\n");
-    print_history(s, analyze_host(s), view, width);
+    print_history(s, analyze_host(s), view, width, by);
   }
 }
 
-void history_json(JsonWriter& j, const reader::Snapshot& s, const DeviceHistory& h) {
+void history_json(JsonWriter& j, const reader::Snapshot& s, const DeviceHistory& h, std::optional<GroupBy> by) {
   j.field_uint("reserved_bytes", h.reserved_now);
   j.field_uint("peak_reserved_bytes", h.peak_reserved);
   j.field_uint("segments", h.segment_count);
@@ -123,22 +143,32 @@ void history_json(JsonWriter& j, const reader::Snapshot& s, const DeviceHistory&
   j.field_uint("free_bytes", h.free_in_segments);
   j.field_uint("largest_free_block_bytes", h.largest_free_block);
   j.end_object();
-  j.key("owners");
-  groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kOwner), 0, false);
-  j.key("top_stacks");
-  groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kStack), kTopStacks, true);
+  if (!by || *by == GroupBy::kOwner) {
+    j.key("owners");
+    groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kOwner), 0, false);
+  }
+  if (!by || *by == GroupBy::kStack) {
+    j.key("top_stacks");
+    groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kStack), kTopStacks, true);
+  }
+  if (by == GroupBy::kRange) {
+    j.key("ranges");
+    range_groups_json(j, s, group_allocs(s, h.live_at_end, GroupBy::kRange), 0);
+  }
 }
 
-void print_json(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices, bool host) {
+void print_json(const std::string& path, const reader::Snapshot& s, const std::vector<int>& devices, bool host,
+                std::optional<GroupBy> by) {
   JsonWriter j;
   j.begin_document();
   j.field("file", path);
   producer_json(j, s);
+  if (by == GroupBy::kRange) j.field("ranges_from", ranges_from_name(s));
   j.key("devices").begin_array();
   for (int d : devices) {
     j.begin_object();
     j.field_int("device", d);
-    history_json(j, s, analyze_device(s, d));
+    history_json(j, s, analyze_device(s, d), by);
     j.key("out_of_memory");
     ooms_json(j, s, find_ooms(s, d));
     j.end_object();
@@ -148,7 +178,7 @@ void print_json(const std::string& path, const reader::Snapshot& s, const std::v
   j.key("host_memory");
   if (host) {
     j.begin_object();
-    history_json(j, s, analyze_host(s));
+    history_json(j, s, analyze_host(s), by);
     j.end_object();
   } else {
     j.null();
@@ -167,8 +197,8 @@ int cmd_summary(int argc, char** argv) {
   if (!snap) return kExitBadInput;
   std::vector<int> devices = devices_to_report(*snap, cl->device);
   const bool host = !cl->device && has_host_memory(*snap);
-  if (cl->json) print_json(cl->args[0], *snap, devices, host);
-  else print_text(cl->args[0], *snap, devices, host, cl->frames);
+  if (cl->json) print_json(cl->args[0], *snap, devices, host, cl->by);
+  else print_text(cl->args[0], *snap, devices, host, cl->frames, cl->by);
   return 0;
 }
 

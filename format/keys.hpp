@@ -29,6 +29,7 @@ enum class Key : uint8_t {
   DeviceFree,
   DeviceFreeExact,
   Frames,
+  Ranges,  // memtrace's range stack, outermost first (docs/ranges.md); blocks carry it too
   // A segment and its blocks.
   Device,
   Address,
@@ -107,6 +108,7 @@ inline constexpr const char* kKeyNames[kKeyCount] = {
     "device_free",
     "device_free_exact",
     "frames",
+    "ranges",
     "device",
     "address",
     "total_size",

@@ -115,6 +115,13 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const Comma
       if (w == "all") cl.frames = FrameMode::kAll;
       else if (w == "short") cl.frames = FrameMode::kShort;
       else return bad("--frames takes 'short' or 'all'");
+    } else if (spec.takes_by && is("--by")) {
+      const char* v = value("--by");
+      std::string_view w = v ? v : "";
+      if (w == "owner") cl.by = GroupBy::kOwner;
+      else if (w == "stack") cl.by = GroupBy::kStack;
+      else if (w == "range") cl.by = GroupBy::kRange;
+      else return bad("--by takes 'owner', 'stack' or 'range'");
     } else if (spec.takes_top && is("--top")) {
       long long n = 0;
       if (!parse_count(value("--top"), 0, 1LL << 40, &n)) return bad("--top needs a count (0 = all)");

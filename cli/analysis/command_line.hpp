@@ -1,4 +1,5 @@
-// The options every analysis command shares (--json, --device N, --help, --lenient, --at, -o, --top),
+// The options every analysis command shares (--json, --device N, --help, --lenient, --at, -o, --top,
+// --by),
 // a command's own options that take a value (replay's --capacity), and the two ways such a command
 // fails before it starts: bad usage and a file that does not load (both exit status 2, one line on
 // stderr).
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
+#include "cli/analysis/grouping.hpp"
 #include "cli/analysis/stack_view.hpp"
 #include "cli/reader/snapshot.hpp"
 
@@ -31,6 +33,7 @@ struct CommandSpec {
   // The command's own options that take a value ("--capacity"), as "--name VALUE" or
   // "--name=VALUE", each as often as it is given; the command checks the values.
   std::span<const char* const> value_options = {};
+  bool takes_by = false;      // --by owner|stack|range
 };
 
 struct CommandLine {
@@ -42,6 +45,9 @@ struct CommandLine {
   std::string output;
   std::optional<size_t> top;
   FrameMode frames = FrameMode::kShort;  // --frames short|all (docs/reports.md, "Readable stacks")
+  // --by owner|stack|range: the one grouping to report (kOwner, kStack or kRange); unset: the
+  // command's own default set of groupings.
+  std::optional<GroupBy> by;
   std::vector<std::string> args;
   std::vector<std::pair<std::string, std::string>> values;  // (option, value) of value_options, in order
 

@@ -109,11 +109,12 @@ DeviceHistory analyze_history(const HistorySource& src, bool with_sets) {
       h.allocated_now += b.size;
       h.requested_now += b.requested_size;
       auto it = open.find(b.address);
-      LiveAlloc a{b.address, b.requested_size, b.stack, 0};
+      LiveAlloc a{b.address, b.requested_size, b.stack, 0, b.range};
       if (it != open.end()) {
         const reader::TraceEntry& e = tr[it->second];
         a.category = e.category;
         if (a.stack == 0) a.stack = e.stack;
+        if (a.range == 0) a.range = e.range;
         a.bytes = e.size;  // the history's unit, so that the end of the walk is this state
       } else {
         ++h.untraced_blocks;
@@ -129,7 +130,7 @@ DeviceHistory analyze_history(const HistorySource& src, bool with_sets) {
     std::unordered_map<uint64_t, bool> in_final;
     for (const LiveAlloc& a : h.live_at_end) in_final.emplace(a.addr, true);
     for (const auto& [addr, idx] : open)
-      if (!in_final.count(addr)) h.live_at_end.push_back({addr, tr[idx].size, tr[idx].stack, tr[idx].category});
+      if (!in_final.count(addr)) h.live_at_end.push_back({addr, tr[idx].size, tr[idx].stack, tr[idx].category, tr[idx].range});
   }
 
   h.peak_allocated = clamp_bytes(untraced_bytes + unknown_free_bytes + alloc_max);
@@ -141,11 +142,11 @@ DeviceHistory analyze_history(const HistorySource& src, bool with_sets) {
   if (with_sets) {
     h.live_at_peak = untraced;
     for (uint32_t i : frees_without_alloc)
-      if (static_cast<int64_t>(i) > peak_index) h.live_at_peak.push_back({tr[i].addr, tr[i].size, tr[i].stack, tr[i].category});
+      if (static_cast<int64_t>(i) > peak_index) h.live_at_peak.push_back({tr[i].addr, tr[i].size, tr[i].stack, tr[i].category, tr[i].range});
     for (int64_t i = 0; i <= peak_index; ++i) {
       const reader::TraceEntry& e = tr[i];
       if (e.action == Action::Alloc && (closed_at[i] == kNever || static_cast<int64_t>(closed_at[i]) > peak_index))
-        h.live_at_peak.push_back({e.addr, e.size, e.stack, e.category});
+        h.live_at_peak.push_back({e.addr, e.size, e.stack, e.category, e.range});
     }
   }
   return h;

@@ -28,6 +28,7 @@ struct LiveAlloc {
   uint64_t bytes = 0;          // requested bytes
   reader::StackId stack = 0;
   reader::StrId category = 0;  // owner; "" (shown as "unknown") when no alloc event names it
+  reader::RangeId range = 0;   // the block's ranges, else its alloc entry's (0: none)
 };
 
 struct DeviceHistory {

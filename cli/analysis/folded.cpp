@@ -31,13 +31,39 @@ std::string folded_shown(const reader::Snapshot& s, StackView& view, reader::Sta
 
 }  // namespace
 
-std::vector<FoldedLine> fold_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, StackView* view) {
+std::vector<std::string> root_frames(const reader::Snapshot& s, const LiveAlloc& a, GroupBy root) {
+  std::vector<std::string> out;
+  if (root == GroupBy::kOwner) {
+    out.emplace_back(owner_name(s, a.category));
+  } else if (root == GroupBy::kRange) {
+    if (a.range == 0) out.emplace_back(kNoRange);
+    for (reader::StrId name : s.range_path(a.range)) out.emplace_back(s.str(name));
+  }
+  return out;
+}
+
+std::vector<FoldedLine> fold_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, StackView* view,
+                                    GroupBy root) {
   const bool short_frames = view && view->mode() == FrameMode::kShort;
-  std::unordered_map<reader::StackId, uint64_t> by_id;
-  for (const LiveAlloc& a : allocs) by_id[a.stack] += a.bytes;
+  // By (stack, root id): the category or range id beside the stack, cheap keys; texts once each.
+  std::unordered_map<uint64_t, uint64_t> by_id;
+  std::unordered_map<uint64_t, const LiveAlloc*> example;
+  for (const LiveAlloc& a : allocs) {
+    uint64_t extra = root == GroupBy::kOwner ? a.category : root == GroupBy::kRange ? a.range : 0;
+    uint64_t key = uint64_t{a.stack} << 32 | extra;
+    by_id[key] += a.bytes;
+    example.try_emplace(key, &a);
+  }
   std::map<std::string, uint64_t> by_text;
-  for (const auto& [id, bytes] : by_id)
-    if (bytes) by_text[short_frames ? folded_shown(s, *view, id) : folded_stack(s, id)] += bytes;
+  for (const auto& [key, bytes] : by_id) {
+    if (!bytes) continue;
+    const auto id = static_cast<reader::StackId>(key >> 32);
+    std::string text;
+    for (const std::string& f : root_frames(s, *example.at(key), root)) append_field(text, f);
+    std::string stack = short_frames ? folded_shown(s, *view, id) : folded_stack(s, id);
+    text += text.empty() ? stack : ";" + stack;
+    by_text[text] += bytes;
+  }
   std::vector<FoldedLine> out;
   out.reserve(by_text.size());
   for (auto& [text, bytes] : by_text) out.push_back({text, bytes});

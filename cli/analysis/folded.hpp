@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
+#include "cli/analysis/grouping.hpp"
 #include "cli/analysis/stack_view.hpp"
 #include "cli/reader/snapshot.hpp"
 
@@ -20,8 +21,12 @@ struct FoldedLine {
 // of two outputs reads best in). Zero-byte groups are left out.
 // With a view in FrameMode::kShort, each stack keeps only the frames the view shows, shortened
 // (docs/reports.md, "Readable stacks"); without one, or in kAll, every frame in full.
+// `root` puts frames above the stack's outermost one: kRange the allocation's range names,
+// outermost first ("(no range)" for none), kOwner its owner; anything else none.
 std::vector<FoldedLine> fold_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs,
-                                    StackView* view = nullptr);
+                                    StackView* view = nullptr, GroupBy root = GroupBy::kStack);
+// The root frames `root` puts above an allocation's stack (none for kStack), outermost first.
+std::vector<std::string> root_frames(const reader::Snapshot& s, const LiveAlloc& a, GroupBy root);
 std::string folded_text(const std::vector<FoldedLine>& lines);
 
 }  // namespace memtrace::analysis

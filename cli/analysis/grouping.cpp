@@ -16,7 +16,8 @@ std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<Liv
   };
   std::unordered_map<uint64_t, Acc> by_ids;
   for (const LiveAlloc& a : allocs) {
-    uint64_t stack = by == GroupBy::kOwner ? 0 : a.stack;
+    // By range, the range id takes the stack's place in the key.
+    uint64_t stack = by == GroupBy::kOwner ? 0 : by == GroupBy::kRange ? a.range : a.stack;
     uint64_t cat = a.category;
     Acc& acc = by_ids[(stack << 32) | cat];
     acc.bytes += a.bytes;
@@ -32,12 +33,21 @@ std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<Liv
     auto stack = static_cast<reader::StackId>(k >> 32);
     auto cat = static_cast<reader::StrId>(k & 0xffffffffu);
     std::string owner{owner_name(s, cat)};
-    std::string text = by == GroupBy::kOwner ? std::string() : view ? view->key(stack) : stack_text(s, stack);
-    std::pair<std::string, std::string> key{text, by == GroupBy::kStack ? std::string() : owner};
+    std::string text = by == GroupBy::kOwner   ? std::string()
+                       : by == GroupBy::kRange ? range_text(s, stack)
+                       : view                  ? view->key(stack)
+                                               : stack_text(s, stack);
+    const bool owner_in_key = by == GroupBy::kOwner || by == GroupBy::kStackAndOwner;
+    std::pair<std::string, std::string> key{text, owner_in_key ? owner : std::string()};
     auto [it, inserted] = merged.try_emplace(key);
     Merged& m = it->second;
-    if (inserted || stack < m.g.stack_id) m.g.stack_id = stack;  // lowest id: deterministic
-    m.g.stack = text;
+    if (by == GroupBy::kRange) {
+      if (inserted || stack < m.g.range_id) m.g.range_id = stack;  // lowest id: deterministic
+      m.g.range = text;
+    } else {
+      if (inserted || stack < m.g.stack_id) m.g.stack_id = stack;
+      m.g.stack = text;
+    }
     m.g.bytes += acc.bytes;
     m.g.count += acc.count;
     m.owner_bytes[owner] += acc.bytes;
@@ -57,6 +67,7 @@ std::vector<Group> group_allocs(const reader::Snapshot& s, const std::vector<Liv
     if (a.bytes != b.bytes) return a.bytes > b.bytes;
     if (a.count != b.count) return a.count > b.count;
     if (a.stack != b.stack) return a.stack < b.stack;
+    if (a.range != b.range) return a.range < b.range;
     return a.owner < b.owner;
   });
   return out;

@@ -311,7 +311,7 @@ class Merger {
     x.size = e.size;
     x.stream = e.stream;
     x.time_us = e.time_us;
-    x.device_free = e.device_free.value_or(0);
+    x.device_free = e.device_free().value_or(0);
     x.category = it.category;
     x.stack = stacks_.id(it.file, e.stack);
     x.kept = format::Kept{&file(it.file).raw, it.kept};

@@ -20,7 +20,7 @@ std::vector<OomReport> find_ooms(const reader::Snapshot& s, int device) {
     r.entry = static_cast<size_t>(at[k]);
     r.time_us = e.time_us;
     r.requested = e.size;
-    r.device_free = e.device_free;
+    r.device_free = e.device_free();
     r.stack = e.stack;
     r.reserved = layouts[k].reserved;
     r.allocated = layouts[k].allocated;

@@ -75,6 +75,68 @@ void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Gro
   j.end_array();
 }
 
+void print_range_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, size_t width) {
+  // "  <10> <6>x  ": what a row holds before its range stack.
+  constexpr size_t kLead = 2 + 10 + 1 + 6 + 1 + 2;
+  const size_t room = width == 0 ? 0 : width > kLead + 20 ? width - kLead : 20;
+  size_t n = limit == 0 ? groups.size() : std::min(limit, groups.size());
+  for (size_t i = 0; i < n; ++i) {
+    const Group& g = groups[i];
+    std::string text = g.range;
+    if (room && text.size() > room) {  // the innermost names tell rows apart: the start is cut
+      size_t from = text.size() - (room - 3);
+      while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;  // UTF-8
+      text = "..." + text.substr(from);
+    }
+    std::fprintf(out, "  %10s %6" PRIu64 "x  %s\n", human_bytes(g.bytes).c_str(), g.count, text.c_str());
+  }
+  if (n < groups.size()) {
+    uint64_t rest = 0, count = 0;
+    for (size_t i = n; i < groups.size(); ++i) {
+      rest += groups[i].bytes;
+      count += groups[i].count;
+    }
+    std::fprintf(out, "  ... %zu more (%s in %" PRIu64 " allocations)\n", groups.size() - n, human_bytes(rest).c_str(),
+                 count);
+  }
+}
+
+void range_groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Group>& groups, size_t limit) {
+  size_t n = limit == 0 ? groups.size() : std::min(limit, groups.size());
+  j.begin_array();
+  for (size_t i = 0; i < n; ++i) {
+    const Group& g = groups[i];
+    j.begin_object();
+    j.field_uint("bytes", g.bytes);
+    j.field_uint("count", g.count);
+    j.field("range", g.range);
+    j.key("ranges").begin_array();
+    for (reader::StrId name : s.range_path(g.range_id)) j.string(s.str(name));
+    j.end_array();
+    j.field("owner", g.owner);
+    j.end_object();
+  }
+  j.end_array();
+}
+
+std::string ranges_origin(const reader::Snapshot& s) {
+  switch (s.ranges_from) {
+    case reader::RangesFrom::kKeys: return {};
+    case reader::RangesFrom::kAnnotations: return "derived from external_annotations";
+    case reader::RangesFrom::kNone: break;
+  }
+  return "the file has no ranges";
+}
+
+const char* ranges_from_name(const reader::Snapshot& s) {
+  switch (s.ranges_from) {
+    case reader::RangesFrom::kKeys: return "ranges";
+    case reader::RangesFrom::kAnnotations: return "external_annotations";
+    case reader::RangesFrom::kNone: break;
+  }
+  return "none";
+}
+
 std::string oom_verdict(const OomReport& r) {
   if (r.fits_without_fragmentation())
     return "would have fitted without fragmentation: " + human_bytes(r.free_in_segments) +

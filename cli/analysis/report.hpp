@@ -30,6 +30,17 @@ void print_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit
 void groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Group>& groups, size_t limit,
                  bool with_stack);
 
+// Groups by range (GroupBy::kRange) as text rows "  <bytes> <count>x  <range stack>" (the stack
+// cut to `width`, its innermost names kept), at most `limit` (0 = all), then "  ... N more".
+void print_range_groups(std::FILE* out, const std::vector<Group>& groups, size_t limit, size_t width = 0);
+// JSON array of {bytes, count, range: "a > b", ranges: [names, outermost first], owner}.
+void range_groups_json(JsonWriter& j, const reader::Snapshot& s, const std::vector<Group>& groups, size_t limit);
+// Where the snapshot's ranges came from, for the line above range rows: "" when read from
+// 'ranges' keys, "derived from external_annotations", "the file has no ranges".
+std::string ranges_origin(const reader::Snapshot& s);
+// The same as a JSON value: "ranges", "external_annotations", "none".
+const char* ranges_from_name(const reader::Snapshot& s);
+
 // The recorded out-of-memory failures of one device, as text (nothing when there are none): when,
 // the request, the driver's free bytes, the state at that moment, the verdict and the stack, the
 // stack cut to `width` (docs/reports.md, "Out of memory").

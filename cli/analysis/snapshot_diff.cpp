@@ -6,23 +6,28 @@
 namespace memtrace::analysis {
 
 std::vector<DiffRow> diff_groups(const reader::Snapshot& a, const std::vector<Group>& ga, const reader::Snapshot& b,
-                                 const std::vector<Group>& gb, bool by_owner) {
+                                 const std::vector<Group>& gb, GroupBy key) {
+  auto key_of = [key](const Group& g) -> const std::string& {
+    return key == GroupBy::kOwner ? g.owner : key == GroupBy::kRange ? g.range : g.stack;
+  };
   std::map<std::string, DiffRow> rows;
   for (const Group& g : ga) {
-    DiffRow& r = rows[by_owner ? g.owner : g.stack];
-    r.key = by_owner ? g.owner : g.stack;
+    DiffRow& r = rows[key_of(g)];
+    r.key = key_of(g);
     r.owner = g.owner;
     r.frames_from = &a;
     r.stack_id = g.stack_id;
+    r.range_id = g.range_id;
     r.bytes_a += g.bytes;
     r.count_a += g.count;
   }
   for (const Group& g : gb) {
-    DiffRow& r = rows[by_owner ? g.owner : g.stack];
-    r.key = by_owner ? g.owner : g.stack;
+    DiffRow& r = rows[key_of(g)];
+    r.key = key_of(g);
     r.owner = g.owner;
     r.frames_from = &b;
     r.stack_id = g.stack_id;
+    r.range_id = g.range_id;
     r.bytes_b += g.bytes;
     r.count_b += g.count;
   }

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "cli/analysis/folded.hpp"
 #include "cli/analysis/json_writer.hpp"
 #include "format/stack_line.hpp"
 
@@ -40,23 +41,37 @@ Sample sample_of(const reader::Snapshot& s, StackView* view, reader::StackId id)
   return out;
 }
 
-// One profile's samples: distinct stacks (by what is shown) and their bytes, sorted.
-std::map<Sample, uint64_t> samples_of(const reader::Snapshot& s, StackView* view, const std::vector<LiveAlloc>& allocs) {
-  std::unordered_map<reader::StackId, uint64_t> by_id;
-  for (const LiveAlloc& a : allocs) by_id[a.stack] += a.bytes;
+// One profile's samples: distinct stacks (by what is shown, under their root frames) and their
+// bytes, sorted.
+std::map<Sample, uint64_t> samples_of(const reader::Snapshot& s, StackView* view, const std::vector<LiveAlloc>& allocs,
+                                      GroupBy root) {
+  std::unordered_map<uint64_t, uint64_t> by_id;
+  std::unordered_map<uint64_t, const LiveAlloc*> example;
+  for (const LiveAlloc& a : allocs) {
+    uint64_t extra = root == GroupBy::kOwner ? a.category : root == GroupBy::kRange ? a.range : 0;
+    uint64_t key = uint64_t{a.stack} << 32 | extra;
+    by_id[key] += a.bytes;
+    example.try_emplace(key, &a);
+  }
   std::map<Sample, uint64_t> out;
-  for (const auto& [id, bytes] : by_id)
-    if (bytes) out[sample_of(s, view, id)] += bytes;
+  for (const auto& [key, bytes] : by_id) {
+    if (!bytes) continue;
+    Sample sample;
+    for (std::string& f : root_frames(s, *example.at(key), root)) sample.push_back({std::move(f), {}, 0});
+    Sample stack = sample_of(s, view, static_cast<reader::StackId>(key >> 32));
+    sample.insert(sample.end(), std::make_move_iterator(stack.begin()), std::make_move_iterator(stack.end()));
+    out[std::move(sample)] += bytes;
+  }
   return out;
 }
 
 }  // namespace
 
 SpeedscopeFile speedscope_file(const reader::Snapshot& s, const std::vector<SpeedscopeProfile>& profiles,
-                               StackView* view, std::string_view name) {
+                               StackView* view, std::string_view name, GroupBy root) {
   std::vector<std::map<Sample, uint64_t>> per_profile;
   per_profile.reserve(profiles.size());
-  for (const SpeedscopeProfile& p : profiles) per_profile.push_back(samples_of(s, view, p.allocs));
+  for (const SpeedscopeProfile& p : profiles) per_profile.push_back(samples_of(s, view, p.allocs, root));
 
   // The shared table, in the order frames first appear (profiles in order, samples sorted).
   std::map<FrameKey, size_t> index;

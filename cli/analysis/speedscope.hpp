@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/analysis/device_history.hpp"
+#include "cli/analysis/grouping.hpp"
 #include "cli/analysis/stack_view.hpp"
 #include "cli/reader/snapshot.hpp"
 
@@ -31,7 +32,9 @@ struct SpeedscopeFile {
 // in full. A frame's "file" and "line" are the snapshot's, where it has them. Frames with the same
 // label, file and line are one entry of the table; samples are sorted by their frames, outermost
 // first, and an empty stack is the one frame "[no stack]", as in the folded output.
+// `root` adds frames above each stack's outermost one, as fold_allocs() does (range names or the
+// owner; none for kStack); they have no file or line.
 SpeedscopeFile speedscope_file(const reader::Snapshot& s, const std::vector<SpeedscopeProfile>& profiles,
-                               StackView* view, std::string_view name);
+                               StackView* view, std::string_view name, GroupBy root = GroupBy::kStack);
 
 }  // namespace memtrace::analysis

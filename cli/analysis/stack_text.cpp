@@ -36,6 +36,16 @@ std::string folded_stack(const reader::Snapshot& s, reader::StackId id) {
   return out;
 }
 
+std::string range_text(const reader::Snapshot& s, reader::RangeId id) {
+  if (id == 0) return std::string(kNoRange);
+  std::string out;
+  for (reader::StrId name : s.range_path(id)) {
+    if (!out.empty()) out += " > ";
+    out += s.str(name);
+  }
+  return out;
+}
+
 std::string_view owner_name(const reader::Snapshot& s, reader::StrId category) {
   std::string_view c = s.str(category);
   return c.empty() ? std::string_view("unknown") : c;

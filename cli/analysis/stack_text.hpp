@@ -18,6 +18,10 @@ std::string frames_text(const reader::Snapshot& s, const std::vector<reader::Fra
 // Outermost first, ';' between frames (flamegraph.pl's folded format); ';' and newlines inside a
 // frame are replaced so a frame stays one field. Empty stacks become "[no stack]".
 std::string folded_stack(const reader::Snapshot& s, reader::StackId id);
+// A range stack as it reads (docs/ranges.md): its names outermost first, " > " between them;
+// kNoRange for none.
+inline constexpr std::string_view kNoRange = "(no range)";
+std::string range_text(const reader::Snapshot& s, reader::RangeId id);
 // A trace entry's owner: its category, "unknown" when it has none.
 std::string_view owner_name(const reader::Snapshot& s, reader::StrId category);
 

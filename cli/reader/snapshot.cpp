@@ -29,6 +29,18 @@ int Snapshot::device_count() const {
   return n;
 }
 
+std::vector<StrId> Snapshot::range_path(RangeId id) const {
+  std::vector<StrId> out;
+  // Parents always have lower ids (range_table.hpp), so the walk ends; the bound guards a table
+  // built by hand.
+  while (id != 0 && id < ranges.size() && out.size() <= kMaxRangeDepth) {
+    out.push_back(ranges[id].name);
+    id = ranges[id].parent;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 namespace {
 
 // Files people hand memtrace by mistake, named for what they are rather than as a bad opcode.

@@ -20,6 +20,18 @@ namespace memtrace::reader {
 using StrId = uint32_t;    // index into Snapshot::strings; 0 is always ""
 using FrameId = uint32_t;  // index into Snapshot::frames
 using StackId = uint32_t;  // index into Snapshot::stacks; 0 is always the empty stack
+using RangeId = uint32_t;  // index into Snapshot::ranges; 0 is always "no range"
+
+// One node of the range table: a range stack is the chain of names from a node to the root, so
+// every distinct stack is one id and a stack shares its outer part with its parent's.
+struct RangeNode {
+  RangeId parent = 0;
+  StrId name = 0;
+};
+
+// How deep a range stack the reader keeps: the outermost names past this are kept, the rest
+// dropped (memtrace writes at most 64; docs/ranges.md).
+inline constexpr size_t kMaxRangeDepth = 256;
 
 struct Frame {
   StrId filename = 0;
@@ -39,6 +51,7 @@ struct Block {
   BlockState state = BlockState::Inactive;
   StackId stack = 0;
   format::RawId kept = 0;  // its keys memtrace does not interpret, in Snapshot::raw (0: none)
+  RangeId range = 0;       // its 'ranges', or derived from its alloc entry (Snapshot::ranges_from)
 };
 
 struct Segment {
@@ -56,6 +69,7 @@ struct Segment {
 struct TraceEntry {
   Action action = Action::Other;
   bool has_kept = false;     // Snapshot::kept_entry() has keys for it (in the padding: no cost)
+  bool has_device_free = false;  // device_free_bytes is set (in the padding, where optional's flag was)
   StrId action_str = 0;      // the original string (kept for kOther)
   uint64_t addr = 0;         // absent for oom -> 0
   uint64_t size = 0;
@@ -63,11 +77,37 @@ struct TraceEntry {
   int64_t time_us = 0;       // 0 when absent
   StackId stack = 0;
   StrId category = 0;        // "" when absent
-  std::optional<uint64_t> device_free;  // oom only
+  RangeId range = 0;         // its 'ranges', or derived from external_annotations (Snapshot::ranges_from)
+  uint64_t device_free_bytes = 0;  // oom only: see device_free()
+
+  // What the driver said was free, for an oom entry that recorded it. A flag and a value rather
+  // than std::optional, whose own flag would take the 8 bytes `range` needs.
+  std::optional<uint64_t> device_free() const {
+    return has_device_free ? std::optional<uint64_t>(device_free_bytes) : std::nullopt;
+  }
+  void set_device_free(uint64_t bytes) {
+    device_free_bytes = bytes;
+    has_device_free = true;
+  }
 };
 
 // The bulk of a big file: has_kept sits in padding, so keeping unknown keys costs entries nothing.
 static_assert(sizeof(TraceEntry) <= 64, "TraceEntry grew: see the memory note at the top");
+
+// Where the entries' and blocks' ranges came from (docs/ranges.md, "What a snapshot carries").
+enum class RangesFrom : uint8_t {
+  kNone,         // no 'ranges' key and nothing to derive them from
+  kKeys,         // the 'ranges' keys memtrace writes
+  kAnnotations,  // derived from PyTorch's external_annotations (per device, by time)
+};
+
+// What deriving ranges from external_annotations met (all 0 unless ranges_from is kAnnotations).
+struct RangeDerivation {
+  uint64_t markers = 0;         // START/END markers used
+  uint64_t ignored = 0;         // not a dict, no name, a stage other than START/END, no time, a device with no trace list
+  uint64_t unmatched_ends = 0;  // an END with no open START of that name on its device: ignored
+  uint64_t unclosed = 0;        // STARTs still open at the last marker: open to the end of the history
+};
 
 // Where the file came from: memtrace writes allocator_settings['memtrace'] (a dict); PyTorch does not.
 enum class Producer : uint8_t { kMemtrace, kPyTorch };
@@ -96,6 +136,11 @@ struct Snapshot {
   MemtraceInfo memtrace;                          // defaults when producer is kPyTorch
   // PyTorch's allocator_settings (and memtrace's), kept as "key=value" strings for display only.
   std::vector<std::pair<std::string, std::string>> settings;
+  // Range stacks (docs/ranges.md): node 0 is "no range"; TraceEntry::range and Block::range name
+  // a node, whose chain to the root is the stack.
+  std::vector<RangeNode> ranges{RangeNode{}};
+  RangesFrom ranges_from = RangesFrom::kNone;
+  RangeDerivation range_derivation;
 
   // What the reader kept as it was, for `memtrace merge` to write back (docs/snapshot-format.md,
   // "Keys kept as they were"): values in `raw`; each RawId below is 0 when there is nothing.
@@ -111,6 +156,8 @@ struct Snapshot {
   format::RawId kept_entry(size_t list, size_t index) const;
 
   std::string_view str(StrId id) const { return strings[id]; }
+  // A range stack's names, outermost first (empty for 0).
+  std::vector<StrId> range_path(RangeId id) const;
   int device_count() const;  // max(device_traces.size(), 1 + highest segment device)
 };
 

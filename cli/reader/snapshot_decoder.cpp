@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/reader/range_derivation.hpp"
 #include "cli/reader/snapshot_decoder_internal.hpp"
 
 namespace memtrace::reader {
@@ -25,7 +26,7 @@ Decoder::Decoder(const std::string& name) : name_(name), vm_(this) {
       Key::EntriesDropped, Key::AllocatorCaching, Key::Allocator,    Key::SizeExact,   Key::DeviceFreeExact,
       Key::HostSegments,  Key::HostTraces,       Key::MergedPytorchSnapshot, Key::MergedMemtraceSnapshot,
       Key::UserMetadata,  Key::CompileContext,   Key::AllocatedSize,  Key::ActiveSize,  Key::SegmentPoolId,
-      Key::ExternalAnnotations,
+      Key::ExternalAnnotations, Key::Ranges,
   };
   for (uint32_t& id : key_) id = UINT32_MAX;  // a key not read is never found
   for (Key k : kRead) {
@@ -123,6 +124,9 @@ LoadResult Decoder::run(std::string_view bytes, bool drop_consumed) {
   frame_ids_.clear();
   stack_ids_.clear();
   snap_.strings = vm_.take_strings();
+  if (saw_ranges_) snap_.ranges_from = RangesFrom::kKeys;
+  else if (snap_.producer == Producer::kPyTorch || !snap_.memtrace.merged_pytorch.empty())
+    derive_ranges_from_annotations(snap_);
   r.snapshot = std::move(snap_);
   return r;
 }

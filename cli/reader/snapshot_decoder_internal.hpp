@@ -24,6 +24,14 @@
 //   a trace entry's unknown keys, and its user_metadata and compile_context unless '' (what
 //   PyTorch writes on every entry), are made a small dict only when there is one, so an entry
 //   that carries nothing new costs nothing; segments', blocks' and top-level keys likewise.
+// * 'ranges' (memtrace's range stack, docs/ranges.md) is read into TraceEntry::range and
+//   Block::range and also kept as it was, so `memtrace merge` writes it back from the kept dict
+//   (the writer has no typed ranges: written from both, it would be there twice). A list shared
+//   through the memo is read and kept once. Not a list, or an item not a str: the entry or block
+//   does not convert ("'ranges' holds a int, expected a list of str"); deeper than
+//   kMaxRangeDepth: the outermost names are kept. A file with no 'ranges' key anywhere gets its
+//   ranges derived from external_annotations (range_derivation.hpp), unless memtrace wrote it:
+//   memtrace writes 'ranges' itself, so their absence means no event was inside a range.
 // * Legacy shapes: a bare list of segments (torch.cuda.memory_snapshot()) loads as segments only,
 //   with no device_traces; blocks without 'frames' but with a 'history' list (pre-2023) take
 //   history[0]['frames'] and history[0]['real_size'], as PyTorch's tools do.
@@ -38,6 +46,7 @@
 #include <vector>
 
 #include "cli/reader/pickle_vm.hpp"
+#include "cli/reader/range_table.hpp"
 #include "cli/reader/snapshot.hpp"
 #include "format/keys.hpp"
 
@@ -145,6 +154,8 @@ class Decoder final : public pickle::DictHook {
   bool frame_from_pairs(const Value* kv, size_t n_pairs, FrameId* out, std::string* why);
   bool frame_of(Value v, FrameId* out, std::string* why);
   bool stack_of(Value v, StackId* out, std::string* why);
+  // A 'ranges' list (of str, outermost first; None: no range) as a node of snap_.ranges.
+  bool range_of(Value v, RangeId* out, std::string* why);
   StackId intern_stack(const std::vector<FrameId>& ids);
   TraceEntry& pool_at(uint32_t i) {
     uint32_t c = chunk_of(i);
@@ -204,6 +215,11 @@ class Decoder final : public pickle::DictHook {
   uint32_t st_allocated_, st_pending_, st_awaiting_, st_inactive_;
 
   Snapshot snap_;
+  RangeTable ranges_{&snap_.ranges};
+  std::unordered_map<uint32_t, RangeId> range_ids_;       // 'ranges' list object -> node
+  std::unordered_map<uint32_t, format::RawId> ranges_raw_;  // 'ranges' list object -> its kept copy
+  std::vector<StrId> names_tmp_;
+  bool saw_ranges_ = false;  // some entry or block has a 'ranges' key
   struct FreeChunk {
     void operator()(TraceEntry* p) const { std::free(p); }  // TraceEntry is trivially destructible
   };

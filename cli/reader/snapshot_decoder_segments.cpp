@@ -135,11 +135,18 @@ bool Decoder::decode_block(Value v, const std::string& where, Block* blk, Proble
       }
     }
   }
+  if (ok) {
+    if (const Value* f = find(bo, Key::Ranges)) {
+      ok = range_of(*f, &blk->range, &why);
+      saw_ranges_ = true;
+    }
+  }
   if (!ok) {
     p->what = where + ": " + why;
     p->offset = vm_.obj(bo).offset();
     return false;
   }
+  // 'ranges' stays in the kept keys too: merge writes it back from there (snapshot_decoder_internal.hpp).
   const uint32_t known[] = {key_id(Key::Address), key_id(Key::Size),   key_id(Key::RequestedSize),
                             key_id(Key::State),   key_id(Key::Frames), key_id(Key::History)};
   blk->kept = kept_pairs(bo, known, sizeof(known) / sizeof(known[0]));

@@ -18,6 +18,13 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
     if (!kept) return;
     Key f = field(k);
     if ((f == Key::UserMetadata || f == Key::CompileContext) && v.is_str() && v.payload() == 0) return;
+    if (f == Key::Ranges && v.is_obj()) {  // one copy per list object: entries share it
+      auto [it, added] = ranges_raw_.try_emplace(static_cast<uint32_t>(v.payload()), 0);
+      if (added) it->second = to_raw(v, 1);
+      kept_tmp_.push_back(to_raw(k, 1));
+      kept_tmp_.push_back(it->second);
+      return;
+    }
     kept_tmp_.push_back(to_raw(k, 1));
     kept_tmp_.push_back(to_raw(v, 1));
   };
@@ -69,11 +76,16 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
         if (!v.is_none()) {
           uint64_t f;
           if (!u64(v, Key::DeviceFree, &f, why)) return false;
-          e->device_free = f;
+          e->set_device_free(f);
         }
         break;
       case Key::Frames:
         if (!stack_of(v, &e->stack, why)) return false;
+        break;
+      case Key::Ranges:
+        if (!range_of(v, &e->range, why)) return false;
+        saw_ranges_ = true;
+        keep(kv[2 * i], v);
         break;
       case Key::SizeExact:  // memtrace's true value of a size the viewer's numbers cannot hold
         exact(v, &size_exact);
@@ -95,7 +107,7 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
     kept_tmp_.resize(kept_from);
   }
   if (size_exact) e->size = size_exact;
-  if (free_exact) e->device_free = free_exact;
+  if (free_exact) e->set_device_free(free_exact);
   if (!have_action) {
     *why = "no " + quoted(Key::Action) + " key";
     return false;
@@ -197,8 +209,44 @@ bool Decoder::stack_of(Value v, StackId* out, std::string* why) {
   return false;
 }
 
+bool Decoder::range_of(Value v, RangeId* out, std::string* why) {
+  *out = 0;
+  if (v.is_none()) return true;
+  if (v.is_obj()) {
+    uint32_t o = static_cast<uint32_t>(v.payload());
+    const pickle::Obj& ob = vm_.obj(o);
+    if ((ob.kind == ObjKind::kList || ob.kind == ObjKind::kTuple) && !(ob.flags & pickle::Obj::kCached)) {
+      if (auto it = range_ids_.find(o); it != range_ids_.end()) {
+        *out = it->second;
+        return true;
+      }
+      size_t n;
+      const Value* it = vm_.items(o, &n);
+      spend(n + 1);
+      names_tmp_.clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (!it[i].is_str()) {
+          *why = quoted(Key::Ranges) + " holds a " + vm_.type_name(it[i]) + ", expected a list of str";
+          return false;
+        }
+        if (names_tmp_.size() < kMaxRangeDepth) names_tmp_.push_back(static_cast<StrId>(it[i].payload()));
+      }
+      *out = ranges_.stack(names_tmp_.data(), names_tmp_.size());
+      range_ids_.emplace(o, *out);
+      return true;
+    }
+    if (ob.flags & pickle::Obj::kCached) {  // a frames list the decoder already read
+      *why = quoted(Key::Ranges) + " holds a dict, expected a list of str";
+      return false;
+    }
+  }
+  *why = quoted(Key::Ranges) + " is a " + vm_.type_name(v) + ", expected a list of str";
+  return false;
+}
+
 void Decoder::account() {
   vm_.set_hook_bytes(pool_bytes_ + snap_.raw.memory_bytes() + pool_kept_.size() * 8 + snap_.frames.size() * (sizeof(Frame) + 64) +
+                     snap_.ranges.size() * (sizeof(RangeNode) + 32) + range_ids_.size() * 48 +
                      snap_.stacks.size() * 112 + stack_frames_ * sizeof(FrameId));
 }
 

@@ -18,8 +18,9 @@ constexpr uint32_t kSelf = UINT32_MAX - 1;  // a free whose alloc is not in the 
 // older than the history.
 class LiveSet {
  public:
-  LiveSet(size_t keys, uint32_t owners, uint32_t groups)
-      : pos_(keys, kNone), owner_bytes_(owners, 0), owner_count_(owners, 0), group_bytes_(groups, 0) {}
+  LiveSet(size_t keys, uint32_t owners, uint32_t groups, uint32_t ranges)
+      : pos_(keys, kNone), owner_bytes_(owners, 0), owner_count_(owners, 0), group_bytes_(groups, 0),
+        range_bytes_(ranges, 0) {}
   void add(uint32_t key, const LiveItem& it) {
     pos_[key] = static_cast<uint32_t>(items_.size());
     items_.push_back(it);
@@ -28,6 +29,7 @@ class LiveSet {
     owner_bytes_[it.owner] += it.bytes;
     ++owner_count_[it.owner];
     group_bytes_[it.group] += it.bytes;
+    if (!range_bytes_.empty()) range_bytes_[it.range] += it.bytes;
   }
   void remove(uint32_t key) {
     uint32_t p = pos_[key];
@@ -37,6 +39,7 @@ class LiveSet {
     owner_bytes_[it.owner] -= it.bytes;
     --owner_count_[it.owner];
     group_bytes_[it.group] -= it.bytes;
+    if (!range_bytes_.empty()) range_bytes_[it.range] -= it.bytes;
     items_[p] = items_.back();
     keys_[p] = keys_.back();
     pos_[keys_[p]] = p;
@@ -49,12 +52,13 @@ class LiveSet {
   const std::vector<uint64_t>& owner_bytes() const { return owner_bytes_; }
   const std::vector<uint64_t>& owner_count() const { return owner_count_; }
   const std::vector<uint64_t>& group_bytes() const { return group_bytes_; }
+  const std::vector<uint64_t>& range_bytes() const { return range_bytes_; }
 
  private:
   std::vector<uint32_t> pos_;
   std::vector<LiveItem> items_;
   std::vector<uint32_t> keys_;
-  std::vector<uint64_t> owner_bytes_, owner_count_, group_bytes_;
+  std::vector<uint64_t> owner_bytes_, owner_count_, group_bytes_, range_bytes_;
   uint64_t total_ = 0;
 };
 
@@ -62,16 +66,17 @@ class LiveSet {
 class LevelBuilder {
  public:
   LevelBuilder(size_t buckets, bool exact, bool owners, int64_t first, int64_t last, uint32_t owner_count,
-               uint32_t group_count)
+               uint32_t group_count, uint32_t range_count)
       : buckets_(buckets), exact_(exact), owners_(owners), first_(first), span_(std::max<int64_t>(last - first, 1)) {
     if (owners_) {
       level_.by_owner.assign(owner_count, {});
       level_.by_stack.assign(group_count, {});
+      level_.by_range.assign(range_count, {});
     }
   }
-  // One state: the totals and their splits by owner and by stack group.
+  // One state: the totals and their splits by owner, by stack group and by range group.
   void state(int64_t x, uint64_t allocated, uint64_t reserved, const std::vector<uint64_t>& by_owner,
-             const std::vector<uint64_t>& by_stack) {
+             const std::vector<uint64_t>& by_stack, const std::vector<uint64_t>& by_range) {
     size_t b = exact_ ? SIZE_MAX : bucket(x);
     if (exact_ || b != current_ || level_.t.empty()) {
       current_ = b;
@@ -81,6 +86,7 @@ class LevelBuilder {
       if (owners_) {
         for (size_t o = 0; o < by_owner.size(); ++o) level_.by_owner[o].push_back(by_owner[o]);
         for (size_t g = 0; g < by_stack.size(); ++g) level_.by_stack[g].push_back(by_stack[g]);
+        for (size_t g = 0; g < by_range.size(); ++g) level_.by_range[g].push_back(by_range[g]);
       }
       return;
     }
@@ -92,6 +98,7 @@ class LevelBuilder {
       if (owners_) {
         for (size_t o = 0; o < by_owner.size(); ++o) level_.by_owner[o][last] = by_owner[o];
         for (size_t g = 0; g < by_stack.size(); ++g) level_.by_stack[g][last] = by_stack[g];
+        for (size_t g = 0; g < by_range.size(); ++g) level_.by_range[g][last] = by_range[g];
       }
     }
   }
@@ -120,6 +127,7 @@ Moment take_moment(const LiveSet& live, uint64_t reserved, int64_t entry, int64_
   m.by_owner = live.owner_bytes();
   m.count_by_owner = live.owner_count();
   m.by_stack = live.group_bytes();
+  m.by_range = live.range_bytes();
   for (const LiveItem& it : live.items()) {
     if (stack_bytes[it.stack] == 0) touched.push_back(it.stack);
     stack_bytes[it.stack] += it.bytes;
@@ -186,6 +194,10 @@ SweepOutput sweep_history(const SweepInput& in) {
   const Limits& lim = *in.limits;
   const size_t n = std::min<size_t>(tr.size(), kSelf - 1);
   const auto owner = [&](reader::StrId c) { return c < in.owner_of->size() ? (*in.owner_of)[c] : 0; };
+  const auto range = [&](reader::RangeId r) -> uint32_t {
+    return in.range_of && r < in.range_of->size() ? (*in.range_of)[r] : 0;
+  };
+  const uint32_t range_count = in.range_of ? in.range_count : 0;
 
   // Pairing, as analyze_history does it: which earlier item each entry closes.
   bool any_completed = false;
@@ -218,7 +230,8 @@ SweepOutput sweep_history(const SweepInput& in) {
     if (!in.src.has(seg)) continue;
     reserved_end += static_cast<int64_t>(seg.total_size);
     for (const reader::Block& b : seg.blocks)
-      if (is_live(b.state) && !open.count(b.address)) older.push_back({b.requested_size, b.address, 0, b.stack});
+      if (is_live(b.state) && !open.count(b.address))
+        older.push_back({b.requested_size, b.address, 0, b.stack, 0, range(b.range)});
   }
   for (size_t i = 0; i < n; ++i) seg_net += static_cast<int64_t>(analysis::segment_delta(tr[i]));
   SweepOutput out;
@@ -227,18 +240,19 @@ SweepOutput sweep_history(const SweepInput& in) {
   const auto group = [&](reader::StackId st) { return st < group_of.size() ? group_of[st] : groups - 1; };
   for (LiveItem& it : older) it.group = group(it.stack);
 
-  LiveSet live(n + older.size(), in.owner_count, groups);
+  LiveSet live(n + older.size(), in.owner_count, groups, range_count);
   for (size_t k = 0; k < older.size(); ++k) live.add(static_cast<uint32_t>(n + k), older[k]);
   for (size_t i = 0; i < n; ++i)
     if (closes[i] == kSelf)
-      live.add(static_cast<uint32_t>(i), {tr[i].size, tr[i].addr, owner(tr[i].category), tr[i].stack, group(tr[i].stack)});
+      live.add(static_cast<uint32_t>(i),
+               {tr[i].size, tr[i].addr, owner(tr[i].category), tr[i].stack, group(tr[i].stack), range(tr[i].range)});
   int64_t reserved = reserved_end - seg_net;
 
   const int64_t first = n ? x[0] : 0, last = n ? x[n - 1] : 0;
   std::vector<LevelBuilder> levels;
   for (size_t l = 0; l < lim.levels.size(); ++l) {
     const bool exact = n + 1 <= lim.levels[l];
-    levels.emplace_back(lim.levels[l], exact, l < lim.owner_levels, first, last, in.owner_count, groups);
+    levels.emplace_back(lim.levels[l], exact, l < lim.owner_levels, first, last, in.owner_count, groups, range_count);
     if (exact) break;  // finer levels would repeat it
   }
   std::vector<uint64_t> stack_bytes;
@@ -250,7 +264,7 @@ SweepOutput sweep_history(const SweepInput& in) {
   size_t next_cp = 0;
   auto emit = [&](int64_t entry, int64_t at) {
     const uint64_t r = reserved > 0 ? static_cast<uint64_t>(reserved) : 0;
-    for (LevelBuilder& lb : levels) lb.state(at, live.total(), r, live.owner_bytes(), live.group_bytes());
+    for (LevelBuilder& lb : levels) lb.state(at, live.total(), r, live.owner_bytes(), live.group_bytes(), live.range_bytes());
     while (next_cp < in.checkpoints.size() && in.checkpoints[next_cp] == entry) {
       out.moments.push_back(take_moment(live, r, entry, at, lim, stack_bytes, touched));
       if (in.on_moment) in.on_moment(out.moments.back());
@@ -262,7 +276,7 @@ SweepOutput sweep_history(const SweepInput& in) {
     const reader::TraceEntry& e = tr[i];
     if (e.action == Action::Alloc) {
       if (closes[i] != kNone) live.remove(closes[i]);
-      live.add(static_cast<uint32_t>(i), {e.size, e.addr, owner(e.category), e.stack, group(e.stack)});
+      live.add(static_cast<uint32_t>(i), {e.size, e.addr, owner(e.category), e.stack, group(e.stack), range(e.range)});
     } else if (e.action == closer) {
       live.remove(closes[i] == kSelf ? static_cast<uint32_t>(i) : closes[i]);
     } else {

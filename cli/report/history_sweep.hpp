@@ -17,6 +17,8 @@ struct SweepInput {
   const std::vector<int64_t>* x = nullptr;    // each entry's position on the time axis
   const std::vector<uint32_t>* owner_of = nullptr;  // category StrId -> owner id
   uint32_t owner_count = 0;
+  const std::vector<uint32_t>* range_of = nullptr;  // RangeId -> range group (null: no split by range)
+  uint32_t range_count = 0;
   std::vector<int64_t> checkpoints;           // ascending, -1 .. n-1, no repeats
   int64_t peak_entry = -1;                    // where the stacks of the split by stack are chosen
   const Limits* limits = nullptr;

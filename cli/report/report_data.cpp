@@ -148,11 +148,16 @@ void write_moment(JsonWriter& j, PageTrees& st, const Moment& m) {
   j.key("by_stack").begin_array();
   for (uint64_t b : m.by_stack) j.uinteger(b);
   j.end_array();
+  if (!m.by_range.empty()) {  // only a file with ranges has the split (docs/report.md)
+    j.key("by_range").begin_array();
+    for (uint64_t b : m.by_range) j.uinteger(b);
+    j.end_array();
+  }
   write_top(j, st, m);
   j.end_object();
 }
 
-void write_series(JsonWriter& j, const std::vector<SeriesLevel>& levels) {
+void write_series(JsonWriter& j, const std::vector<SeriesLevel>& levels, bool has_ranges) {
   j.key("series").begin_array();
   for (const SeriesLevel& l : levels) {
     j.begin_object();
@@ -165,7 +170,9 @@ void write_series(JsonWriter& j, const std::vector<SeriesLevel>& levels) {
     j.key("reserved").begin_array();
     for (uint64_t v : l.reserved) j.uinteger(v);
     j.end_array();
-    for (const auto& [key, split] : {std::pair{"by_owner", &l.by_owner}, std::pair{"by_stack", &l.by_stack}}) {
+    for (const auto& [key, split] : {std::pair{"by_owner", &l.by_owner}, std::pair{"by_stack", &l.by_stack},
+                                     std::pair{"by_range", &l.by_range}}) {
+      if (split == &l.by_range && !has_ranges) continue;  // the key only where the file has ranges
       j.key(key);
       if (split->empty()) {
         j.null();
@@ -261,7 +268,7 @@ void write_device(JsonWriter& j, PageTrees& st, const Model& model, const Device
   j.begin_object();
   j.field_int("device", d.device);
   j.field("title", d.title);
-  write_series(j, d.series);
+  write_series(j, d.series, !model.ranges.empty());
   // The series' split by stack: one group per stack named here, then "other stacks".
   j.key("stack_groups").begin_array();
   for (reader::StackId id : d.top_stacks) {
@@ -353,6 +360,11 @@ std::string report_data_json(const Model& m, const std::string& version) {
   PageTrees st(*m.snapshot, *m.trees);
   j.begin_document();
   write_header(j, m, version);
+  if (!m.ranges.empty()) {
+    j.key("ranges").begin_array();
+    for (const std::string& r : m.ranges) j.string(r);
+    j.end_array();
+  }
   j.key("owners").begin_array();
   for (const std::string& o : m.owners) j.string(o);
   j.end_array();

@@ -51,6 +51,48 @@ std::vector<uint32_t> choose_owners(const reader::Snapshot& s, const std::vector
   return of;
 }
 
+// Range stacks by the bytes their allocations asked for over the kept history, largest first (as
+// owners are chosen); past max_ranges - 1 the rest are one "other ranges". "(no range)" always
+// exists: blocks older than the history may have none. Returns RangeId -> range group; empty
+// (and no names) when the snapshot has no ranges.
+std::vector<uint32_t> choose_ranges(const reader::Snapshot& s, const std::vector<HistorySource>& srcs, size_t max_ranges,
+                                    std::vector<std::string>* names) {
+  if (s.ranges_from == reader::RangesFrom::kNone) return {};
+  std::map<reader::RangeId, uint64_t> bytes;
+  bytes[0] = 0;
+  for (const HistorySource& src : srcs) {
+    for (const reader::TraceEntry& e : *src.trace)
+      if (e.action == Action::Alloc) bytes[e.range] += e.size;
+    for (const reader::Segment& seg : *src.segments)
+      if (src.has(seg))
+        for (const reader::Block& b : seg.blocks) bytes[b.range] += 0;  // named even when only a block has it
+  }
+  std::vector<std::pair<uint64_t, std::string>> order;
+  std::vector<reader::RangeId> ids;
+  for (const auto& [r, b] : bytes) {
+    order.emplace_back(b, analysis::range_text(s, r));
+    ids.push_back(r);
+  }
+  std::vector<size_t> idx(order.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    return order[a].first != order[b].first ? order[a].first > order[b].first : order[a].second < order[b].second;
+  });
+  std::vector<uint32_t> of(s.ranges.size(), 0);
+  const bool fold = idx.size() > max_ranges;
+  const size_t named = fold ? max_ranges - 1 : idx.size();
+  for (size_t k = 0; k < idx.size(); ++k) {
+    if (k < named) {
+      of[ids[idx[k]]] = static_cast<uint32_t>(names->size());
+      names->push_back(order[idx[k]].second);
+    } else {
+      of[ids[idx[k]]] = static_cast<uint32_t>(named);
+    }
+  }
+  if (fold) names->emplace_back("other ranges");
+  return of;
+}
+
 // Each entry's place on the time axis: microseconds since t0 (an entry without a time takes the
 // previous one's), or its index when the file has no times at all.
 std::vector<int64_t> positions(const std::vector<reader::TraceEntry>& tr, bool timed, int64_t t0) {
@@ -111,7 +153,8 @@ LayoutView layout_view(std::string label, int64_t t, analysis::Layout layout, si
 }
 
 DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, Model& m,
-                         const std::vector<uint32_t>& owner_of, const Limits& lim) {
+                         const std::vector<uint32_t>& owner_of, const std::vector<uint32_t>& range_of,
+                         const Limits& lim) {
   DeviceModel d;
   d.device = src.device;
   d.title = src.device == analysis::kHostDevice ? "pinned host memory" : "device " + std::to_string(src.device);
@@ -128,6 +171,7 @@ DeviceModel build_device(const reader::Snapshot& s, const HistorySource& src, Mo
     d.oom_t.push_back(at(static_cast<int64_t>(r.entry)));
   }
   SweepInput in{src, &x, &owner_of, static_cast<uint32_t>(m.owners.size()),
+                range_of.empty() ? nullptr : &range_of, static_cast<uint32_t>(m.ranges.size()),
                 checkpoints(x, d.history.peak_index, oom_entries, lim.moments), d.history.peak_index, &lim, {}};
   in.on_moment = [&](Moment& mo) {
     m.trees->weigh(mo.stacks, mo.allocated, mo.live);
@@ -194,9 +238,10 @@ Model build_model(const reader::Snapshot& s, const std::string& file, const std:
   m.timed = t0 != 0;
   m.t0_us = t0;
   std::vector<uint32_t> owner_of = choose_owners(s, srcs, limits.max_owners, &m.owners);
+  std::vector<uint32_t> range_of = choose_ranges(s, srcs, limits.max_ranges, &m.ranges);
   bool any = false;
   for (const HistorySource& src : srcs) {
-    m.devices.push_back(build_device(s, src, m, owner_of, limits));
+    m.devices.push_back(build_device(s, src, m, owner_of, range_of, limits));
     const DeviceModel& d = m.devices.back();
     m.truncated = m.truncated || d.history.frees_without_alloc > 0 || d.history.untraced_blocks > 0;
     if (src.trace->empty()) continue;

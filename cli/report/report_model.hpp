@@ -27,6 +27,7 @@ struct Limits {
   std::vector<size_t> levels{2048, 16384, 65536};  // series buckets, coarse to fine
   size_t owner_levels = 2;         // the first levels carry the split by owner
   size_t max_owners = 12;          // owners beyond these are one "other"
+  size_t max_ranges = 12;          // range stacks beyond these are one "other ranges"
   size_t top_stacks = 8;           // the series' split by stack: the largest at the peak, then "other"
 };
 
@@ -37,6 +38,7 @@ struct SeriesLevel {
   std::vector<uint64_t> reserved;   // the largest value reached in the bucket
   std::vector<std::vector<uint64_t>> by_owner;  // [owner][point] at the allocated maximum; empty if not kept
   std::vector<std::vector<uint64_t>> by_stack;  // [stack group][point], likewise (DeviceModel::top_stacks)
+  std::vector<std::vector<uint64_t>> by_range;  // [range group][point], likewise (Model::ranges); empty without ranges
 };
 
 struct LiveItem {
@@ -45,6 +47,7 @@ struct LiveItem {
   uint32_t owner = 0;
   reader::StackId stack = 0;
   uint32_t group = 0;  // its stack's group in the series' split by stack
+  uint32_t range = 0;  // its range stack's group (Model::ranges; 0 when the file has no ranges)
 };
 
 struct StackBytes {
@@ -64,6 +67,7 @@ struct Moment {
   std::vector<uint64_t> by_owner;      // bytes per owner id
   std::vector<uint64_t> count_by_owner;
   std::vector<uint64_t> by_stack;      // bytes per stack group
+  std::vector<uint64_t> by_range;      // bytes per range group (empty without ranges)
   std::vector<LiveItem> top;           // largest first
 };
 
@@ -103,6 +107,9 @@ struct Model {
   int64_t first = 0, last = 0;  // x span over the devices shown
   bool truncated = false;
   std::vector<std::string> owners;  // owner id -> name
+  // Range group id -> its range stack as text ("(no range)", "step 7 > forward", "other ranges"
+  // last when folded); empty when the snapshot has no ranges (docs/ranges.md).
+  std::vector<std::string> ranges;
   std::vector<DeviceModel> devices;
   std::unique_ptr<LiveTrees> trees;  // every moment's live set, and the stacks the page names
 };

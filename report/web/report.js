@@ -178,9 +178,13 @@
     root.appendChild(tl);
     this.timelineBox = el('div', { class: 'timeline-box' });
     const groups = dev.stack_groups || [];
-    if (groups.length && (dev.series || []).some((l) => l.by_stack)) {
-      // The split by owner or by the largest stacks at the peak: the same chart over other groups.
-      this.splitButtons = [['owner', 'Split by owner'], ['stack', 'Split by top stacks']].map(([k, label]) => el('button', {
+    const splits = [['owner', 'Split by owner']];
+    if (groups.length && (dev.series || []).some((l) => l.by_stack)) splits.push(['stack', 'Split by top stacks']);
+    // A file with ranges (NVTX, record_function; docs/ranges.md) splits by range stack too.
+    if ((R.ranges || []).length && (dev.series || []).some((l) => l.by_range)) splits.push(['range', 'Split by range']);
+    if (splits.length > 1) {
+      // The split by owner, by the largest stacks at the peak or by range: the same chart over other groups.
+      this.splitButtons = splits.map(([k, label]) => el('button', {
         type: 'button', class: 'seg', 'data-split-by': k, 'aria-pressed': k === 'owner' ? 'true' : 'false', text: label,
         onclick: () => this.setSplitBy(k),
       }));
@@ -281,28 +285,32 @@
       m.entry != null && unit !== 'entry' ? el('span', { class: 'muted', text: 'entry ' + MT.count(m.entry) }) : null);
     this.renderOwnerBar(m.by_owner || [], m.allocated_bytes);
     this.live.show({ live: m.live, top: m.top, rootName: 'live at ' + momentName(m) });
-    if (this.timeline) this.timeline.setMoment(this.splitBy === 'stack' ? this.byStackMoment(m) : m);
+    if (this.timeline) this.timeline.setMoment(this.splitMoment(m));
   };
 
-  // The chart split by owner (the data as it is), or by stack group: the same data with the
-  // groups' series and names in the owners' place.
+  // The chart split by owner (the data as it is), or by stack group or range group: the same data
+  // with the groups' series and names in the owners' place.
   D.makeTimeline = function () {
     const dev = this.dev;
     let report = R;
     let device = dev;
-    if (this.splitBy === 'stack') {
-      const names = (dev.stack_groups || []).map((g) => g.label).concat(['other stacks']);
-      report = Object.assign({}, R, { owners: names, group_label: 'stack' });
+    if (this.splitBy === 'stack' || this.splitBy === 'range') {
+      const stack = this.splitBy === 'stack';
+      const names = stack ? (dev.stack_groups || []).map((g) => g.label).concat(['other stacks']) : R.ranges;
+      report = Object.assign({}, R, { owners: names, group_label: this.splitBy });
       device = Object.assign({}, dev, {
-        series: dev.series.map((l) => Object.assign({}, l, { by_owner: l.by_stack || null })),
-        moments: dev.moments.map((m) => this.byStackMoment(m)),
+        series: dev.series.map((l) => Object.assign({}, l, { by_owner: (stack ? l.by_stack : l.by_range) || null })),
+        moments: dev.moments.map((m) => this.splitMoment(m)),
       });
     }
     return new MT.Timeline(this.timelineBox, report, device, (t) => this.pickTime(t));
   };
 
-  D.byStackMoment = function (m) {
-    return Object.assign({}, m, { by_owner: m.by_stack || [] });
+  // A moment with the current split's bytes in the owners' place.
+  D.splitMoment = function (m) {
+    if (this.splitBy === 'stack') return Object.assign({}, m, { by_owner: m.by_stack || [] });
+    if (this.splitBy === 'range') return Object.assign({}, m, { by_owner: m.by_range || [] });
+    return m;
   };
 
   D.setSplitBy = function (k) {
@@ -314,7 +322,7 @@
     this.timelineBox.dataset.splitBy = k;
     this.timeline = this.makeTimeline();
     const m = this.dev.moments[this.momentIndex];
-    if (m) this.timeline.setMoment(this.splitBy === 'stack' ? this.byStackMoment(m) : m);
+    if (m) this.timeline.setMoment(this.splitMoment(m));
   };
 
   D.renderOwnerBar = function (byOwner, total) {

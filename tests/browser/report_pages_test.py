@@ -104,7 +104,9 @@ def main():
     # The snapshots: committed ones, and ones made now by running the examples under memtrace.
     cases = {'leak': os.path.join(DATA, 'mt_leak.pickle'), 'nccl': os.path.join(DATA, 'mt_nccl.pickle'),
              'pytorch_oom': os.path.join(DATA, 'torch_oom_p4.pickle'),
-             'pinned_host': os.path.join(DATA, 'torch_pinned_p4.pickle')}
+             'pinned_host': os.path.join(DATA, 'torch_pinned_p4.pickle'),
+             # ranges (docs/ranges.md): memtrace's 'ranges' keys, and derived from PyTorch's markers
+             'ranges': os.path.join(DATA, 'mt_ranges.pickle'), 'pytorch_ranges': os.path.join(DATA, 'torch_ranges_p4.pickle')}
     caching = os.path.join(out, 'caching.pickle')
     r = run([mt, 'run', '--sim', '-o', caching, '--no-summary', '--', os.path.join(build, 'bin', 'runtime_loop')],
             env=dict(env, MEMTRACE_ALLOCATOR='caching'))
@@ -145,6 +147,19 @@ def main():
                                       ('allocated at the end', dev['end']['allocated_bytes'], w['allocated_bytes'])):
                 if got != expect:
                     problems.append(f'{name} device {dev["device"]}: {what} {got}, summary says {expect}')
+        if name in ('ranges', 'pytorch_ranges'):
+            # The split by range at the end is `summary --by range`'s groups.
+            by_range = json.loads(run([mt, 'summary', '--json', '--by', 'range', snap]).stdout)
+            names = data.get('ranges') or []
+            if not names:
+                problems.append(f'{name}: the page has no ranges')
+            for dev in data['devices']:
+                w = next((d for d in by_range['devices'] if d['device'] == dev['device']), None)
+                end = dev['moments'][-1].get('by_range') or []
+                got = {names[g]: b for g, b in enumerate(end) if b}
+                expect = {r['range']: r['bytes'] for r in (w or {}).get('ranges', []) if r['bytes']}
+                if got != expect:
+                    problems.append(f'{name} device {dev["device"]}: by range at the end {got}, summary says {expect}')
         if name == 'merged' and not data['header']['parts']:
             problems.append('merged: the header lists no parts')
         r = run([node, PAGE_TEST, '--page', page, '--out', os.path.join(out, name), '--chromium', chromium, '--name', name],

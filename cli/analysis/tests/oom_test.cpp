@@ -25,7 +25,7 @@ TEST_CASE("the state at an oom is the final state with the later entries undone"
   m.entry(0, Action::FreeRequested, A, 8 * MiB);
   m.entry(0, Action::FreeCompleted, A, 8 * MiB);
   auto& oom = m.entry(0, Action::Oom, 0, 12 * MiB, 0, m.stack({"grow@model.py:3"}));
-  oom.device_free = 2 * MiB;
+  oom.set_device_free(2 * MiB);
   m.entry(0, Action::SegmentAlloc, B, 16 * MiB);
   m.entry(0, Action::Alloc, B, 12 * MiB);
   m.entry(0, Action::FreeRequested, A + 8 * MiB, 8 * MiB);

@@ -105,6 +105,37 @@ CASES = {
     # newer PyTorch keys (annotate, user_metadata, external_annotations, host memory, ...) carried
     'merge_torch_newer_keys': (['merge', 'torch_newer_keys_p4.pickle', 'memtrace_step.pickle', '-o', 'merged.pickle'],
                                {}),
+    # --by range (docs/ranges.md): memtrace's 'ranges' keys, ranges derived from PyTorch's
+    # external_annotations (an END without START, a START never ended, markers out of order, scopes
+    # that cross), and a file with neither; --by owner|stack pick one of the default groupings
+    'summary_mt_ranges_by_range': (['summary', '--by', 'range', 'mt_ranges.pickle'], {}),
+    'summary_mt_ranges_by_range_json': (['summary', '--json', '--by=range', 'mt_ranges.pickle'], {}),
+    'summary_torch_ranges_by_range': (['summary', '--by', 'range', 'torch_ranges_p4.pickle'], {}),
+    'summary_torch_no_ranges_by_range': (['summary', '--by', 'range', '--device', '1', 'torch_step.pickle'], STEP),
+    'summary_mt_ranges_by_stack': (['summary', '--by', 'stack', '--device', '0', 'mt_ranges.pickle'], {}),
+    'summary_mt_ranges_by_owner_json': (['summary', '--json', '--by', 'owner', '--device', '1', 'mt_ranges.pickle'], {}),
+    'peak_mt_ranges_by_range': (['peak', '--by', 'range', 'mt_ranges.pickle'], {}),
+    'peak_mt_ranges_by_range_json': (['peak', '--json', '--by', 'range', '--top', '3', 'mt_ranges.pickle'], {}),
+    'peak_torch_ranges_by_range': (['peak', '--by', 'range', 'torch_ranges_p4.pickle'], {}),
+    'peak_mt_ranges_by_owner': (['peak', '--by', 'owner', 'mt_ranges.pickle'], {}),
+    'leaks_mt_ranges_later_by_range': (['leaks', '--by', 'range', 'mt_ranges_later.pickle'], {}),
+    'leaks_torch_ranges_by_range_json': (['leaks', '--json', '--by', 'range', 'torch_ranges_p4.pickle'], {}),
+    'leaks_mt_ranges_by_stack': (['leaks', '--by', 'stack', '--device', '0', 'mt_ranges.pickle'], {}),
+    'diff_mt_ranges_by_range': (['diff', '--by', 'range', 'mt_ranges.pickle', 'mt_ranges_later.pickle'], {}),
+    'diff_mt_ranges_by_range_json': (['diff', '--json', '--by', 'range', '--device', '0', 'mt_ranges.pickle',
+                                      'mt_ranges_later.pickle'], {}),
+    'diff_torch_ranges_by_range_peak': (['diff', '--by', 'range', '--at', 'peak', 'torch_ranges_p4.pickle',
+                                         'mt_ranges.pickle'], {}),
+    'flamegraph_mt_ranges_by_range': (['flamegraph', '--by', 'range', 'mt_ranges.pickle'], {}),
+    'flamegraph_torch_ranges_by_range_peak': (['flamegraph', '--by', 'range', '--at', 'peak', '--device', '0',
+                                               'torch_ranges_p4.pickle'], {}),
+    'flamegraph_mt_ranges_by_range_speedscope': (['flamegraph', '--format', 'speedscope', '--by', 'range',
+                                                  'mt_ranges.pickle'], {}),
+    'flamegraph_mt_ranges_by_owner': (['flamegraph', '--by', 'owner', '--device', '0', 'mt_ranges.pickle'], {}),
+    'flamegraph_mt_ranges_by_range_file': (['flamegraph', '--by', 'range', '--json', 'mt_ranges.pickle', '-o',
+                                            'ranges.folded'], {}),
+    'error_bad_by': (['leaks', '--by', 'phase', 'mt_ranges.pickle'], {}),
+    'error_bad_by_replay': (['replay', '--by', 'range', 'mt_ranges.pickle'], {}),
     # bad input and bad usage: exit status 2, one line
     'error_not_a_pickle': (['summary', 'notes.txt'], {}),
     'error_truncated': (['peak', 'truncated.pickle'], {}),
@@ -122,7 +153,8 @@ CASES = {
     'help_summary': (['summary', '--help'], {}),
 }
 # Files whose content a case also shows (after the command ran).
-SHOW_FILE = {'flamegraph_mt_leak_file': 'leak.folded', 'flamegraph_mt_leak_speedscope_file': 'leak.speedscope.json'}
+SHOW_FILE = {'flamegraph_mt_leak_file': 'leak.folded', 'flamegraph_mt_leak_speedscope_file': 'leak.speedscope.json',
+             'flamegraph_mt_ranges_by_range_file': 'ranges.folded'}
 SUMMARIZE = ('merge_torch_memtrace', 'merge_torch_mt_nccl', 'merge_torch_newer_keys')
 # The same snapshot pickled with protocols 2, 4 and 5 must read the same.
 SAME_AS = {'summary_torch_p2': 'summary_torch_p5', 'summary_torch_p4': 'summary_torch_p5'}

@@ -118,8 +118,8 @@ TEST_CASE("memtrace's own snapshot reads back") {
   // Stack ids 1 and 3 have the same frames: one StackId.
   CHECK(d0[3].stack == d0[1].stack);
   CHECK(d0[4].action == r::Action::Oom);
-  REQUIRE(d0[4].device_free.has_value());
-  CHECK(*d0[4].device_free == 12345);
+  REQUIRE(d0[4].device_free().has_value());
+  CHECK(*d0[4].device_free() == 12345);
   CHECK(d0[4].size == (1ull << 40));
   const auto& d1 = s.device_traces[1];
   REQUIRE(d1.size() >= 2);
@@ -241,7 +241,7 @@ TEST_CASE("sizes beyond what the viewer's numbers hold: capped at 2^53 - 1 in th
   const auto& d0 = res.snapshot->device_traces.at(0);
   REQUIRE(d0.size() >= 2);
   CHECK(d0[0].size == UINT64_MAX);
-  CHECK(d0[0].device_free == (uint64_t{1} << 62));
+  CHECK(d0[0].device_free() == (uint64_t{1} << 62));
   CHECK(d0[1].size == (uint64_t{1} << 62));
-  CHECK(d0[1].device_free == 1000u);
+  CHECK(d0[1].device_free() == 1000u);
 }

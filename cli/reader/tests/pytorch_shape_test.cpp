@@ -91,12 +91,12 @@ void check_full_snapshot(const Snapshot& s) {
   CHECK(d0[4].action == Action::Oom);
   CHECK(d0[4].addr == 0);
   CHECK(d0[4].size == (uint64_t{1} << 34));
-  REQUIRE(d0[4].device_free.has_value());
-  CHECK(*d0[4].device_free == (uint64_t{1} << 33) + 3);
+  REQUIRE(d0[4].device_free().has_value());
+  CHECK(*d0[4].device_free() == (uint64_t{1} << 33) + 3);
   CHECK(d0[4].stack == 0);
   CHECK(d0[5].action == Action::Other);
   CHECK(s.str(d0[5].action_str) == "annotate");
-  CHECK_FALSE(d0[3].device_free.has_value());
+  CHECK_FALSE(d0[3].device_free().has_value());
   const auto& d1 = s.device_traces[1];
   REQUIRE(d1.size() == 2);
   CHECK(d1[0].action == Action::SegmentMap);

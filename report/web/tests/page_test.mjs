@@ -247,6 +247,23 @@ try {
     await page.click('.device button[data-split-by="owner"]');
     check(await page.evaluate(() => !!document.querySelector('.device .timeline canvas')), 'split by owner again: the chart is drawn');
   }
+  // A file with ranges: the chart split by range stack names the ranges live at the moment.
+  if (await page.$('.device button[data-split-by="range"]')) {
+    await page.click('.device button[data-split-by="range"]');
+    const split = await page.evaluate(() => {
+      const R = window.MEMTRACE_REPORT;
+      const root = document.querySelector('.device');
+      const dev = R.devices.find((d) => String(d.device) === root.dataset.device);
+      const m = dev.moments[Number(root.querySelector('[data-section="moment"]').dataset.moment)];
+      const names = [...root.querySelectorAll('.legend .lg-name')].map((e) => e.textContent);
+      const live = (m.by_range || []).map((b, g) => (b > 0 ? R.ranges[g] : null)).filter((n) => n !== null);
+      return { names, live, split: root.querySelector('.timeline-box').dataset.splitBy };
+    });
+    check(split.split === 'range', 'split by range: the chart is redrawn');
+    check(split.live.length > 0 && split.live.every((n) => split.names.includes(n)),
+      `split by range: the legend ${JSON.stringify(split.names)} names the ranges live at the moment ${JSON.stringify(split.live)}`);
+    await page.click('.device button[data-split-by="owner"]');
+  }
 
   // Zoom: a drag selects a narrow window, the level of detail follows, a double-click resets.
   await page.mouse.move(box.x + box.width * 0.60, box.y + box.height * 0.5);
