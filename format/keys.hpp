@@ -84,10 +84,8 @@ enum class Key : uint8_t {
   MergedMemtraceSnapshot,
   DuplicateSegmentsDropped,
   DuplicateEntriesDropped,
-  // memtrace's own key on trace entries and blocks: the ranges open at the event (docs/ranges.md).
-  Ranges,
 };
-inline constexpr int kKeyCount = static_cast<int>(Key::Ranges) + 1;
+inline constexpr int kKeyCount = static_cast<int>(Key::DuplicateEntriesDropped) + 1;
 
 inline constexpr const char* kKeyNames[kKeyCount] = {
     "device_traces",
@@ -157,7 +155,6 @@ inline constexpr const char* kKeyNames[kKeyCount] = {
     "merged_memtrace_snapshot",
     "duplicate_segments_dropped",
     "duplicate_entries_dropped",
-    "ranges",
 };
 
 inline const char* key_name(Key k) { return kKeyNames[static_cast<int>(k)]; }

@@ -46,7 +46,7 @@ def complete(mode, where, line, cwd):
 
 # (line, what it must offer, "exact" or "includes", compopt options it must set)
 def cases(commands):
-    analysis_opts = {"--device", "--frames", "--lenient", "-h", "--help"}
+    analysis_opts = {"--by", "--device", "--frames", "--lenient", "-h", "--help"}
     return [
         ("memtrace ", set(commands), "exact", set()),
         ("memtrace su", {"summary"}, "exact", set()),
