@@ -27,7 +27,8 @@ void print_run_usage(std::FILE* out) {
                "\n"
                "Runs PROGRAM with libmemtrace.so preloaded. When the program exits, memtrace writes a\n"
                "memory snapshot that pytorch.org/memory_viz opens and prints a summary on stderr.\n"
-               "The program's exit status is passed through.\n"
+               "The program's exit status is passed through. Python programs can `import memtrace`\n"
+               "(its folder is appended to PYTHONPATH) to mark phases and take snapshots themselves.\n"
                "\n"
                "options:\n"
                "  --sim                 run on the simulated CUDA device (no GPU needed): puts the\n"
@@ -133,6 +134,19 @@ std::string prepend_entry(const std::string& first, const char* existing, bool s
   return lead + out;
 }
 
+// `existing` (a ':'-separated path list) with `last` added at its end, unless it holds it already.
+std::string append_entry(const std::string& last, const char* existing) {
+  if (!existing || !*existing) return last;
+  std::string_view rest = existing;
+  while (true) {
+    size_t cut = rest.find(':');
+    if (rest.substr(0, cut) == last) return existing;
+    if (cut == std::string_view::npos) break;
+    rest.remove_prefix(cut + 1);
+  }
+  return std::string(existing) + ":" + last;
+}
+
 // The file execvp would run for `name` (a path, or the first executable match on PATH).
 std::string resolve_program(const char* name) {
   if (std::strchr(name, '/')) return name;
@@ -204,6 +218,12 @@ int cmd_run(int argc, char** argv) {
   const char* nvtx_setting = std::getenv("MEMTRACE_NVTX");
   const bool nvtx_off = nvtx_setting && std::string_view(nvtx_setting) == "0";
   if (!nvtx_off && (!nvtx || !*nvtx) && !set_env("NVTX_INJECTION64_PATH", lib)) return kExitCannotRun;
+
+  // The Python module (`import memtrace`): appended, so that a module of that name the program
+  // brings itself still comes first.
+  if (std::string py = python_module_dir(prefix); is_directory(py + "/memtrace") &&
+                                                  !set_env("PYTHONPATH", append_entry(py, std::getenv("PYTHONPATH"))))
+    return kExitCannotRun;
 
   if (o.sim) {
     std::string sim = sim_library_dir(prefix);

@@ -42,6 +42,8 @@ std::string preload_library(const std::string& prefix) { return prefix + "/lib/l
 
 std::string sim_library_dir(const std::string& prefix) { return prefix + "/lib/memtrace/sim"; }
 
+std::string python_module_dir(const std::string& prefix) { return prefix + "/lib/memtrace/python"; }
+
 bool is_regular_file(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);

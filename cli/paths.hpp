@@ -11,6 +11,8 @@ std::string install_prefix();
 std::string preload_library(const std::string& prefix);
 // <prefix>/lib/memtrace/sim (simulated libcuda.so.1, libcudart.so.13, libnccl.so.2)
 std::string sim_library_dir(const std::string& prefix);
+// <prefix>/lib/memtrace/python (the pure-Python module memtrace, docs/api.md)
+std::string python_module_dir(const std::string& prefix);
 
 bool is_regular_file(const std::string& path);
 bool is_directory(const std::string& path);

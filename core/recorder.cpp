@@ -34,6 +34,17 @@ void add_usage(UsageStats* u, int64_t delta) {
 }
 }  // namespace
 
+void Recorder::account_device(int device, int64_t reserved, int64_t allocated) {
+  if (reserved != 0) {
+    add_usage(&device_[device], reserved);
+    add_usage(&reserved_all_, reserved);
+  }
+  if (allocated != 0) {
+    add_usage(&allocated_[device], allocated);
+    add_usage(&allocated_all_, allocated);
+  }
+}
+
 void Recorder::account_bytes(bool host, int device, uint16_t owner, int64_t delta) {
   if (host) {
     add_usage(&host_, delta);
@@ -41,7 +52,7 @@ void Recorder::account_bytes(bool host, int device, uint16_t owner, int64_t delt
   }
   if (device < 0 || device >= kMaxDevices) return;
   if (device + 1 > device_count_) device_count_ = device + 1;
-  add_usage(&device_[device], delta);
+  account_device(device, delta, delta);
   if (owner < kMaxOwners) add_usage(&owner_device_[owner], delta);
 }
 
@@ -60,10 +71,12 @@ void Recorder::account(const AllocRecord& r, int64_t sign) {
     note_device(r.device);
     if (r.device < 0 || r.device >= kMaxDevices) return;
     const int64_t delta = sign * static_cast<int64_t>(r.size);
-    if (r.cache == CacheRole::Segment)
-      add_usage(&device_[r.device], delta);
-    else if (r.owner < kMaxOwners)
-      add_usage(&owner_device_[r.owner], delta);
+    if (r.cache == CacheRole::Segment) {
+      account_device(r.device, delta, 0);
+    } else {
+      account_device(r.device, 0, delta);
+      if (r.owner < kMaxOwners) add_usage(&owner_device_[r.owner], delta);
+    }
     return;
   }
   account_bytes(is_host(r.kind), r.device, r.owner, sign * static_cast<int64_t>(r.size));
@@ -456,6 +469,19 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   return c;
 }
 
+void Recorder::usage(UsageTotals* out) {
+  SpinGuard g(ring_lock_);
+  for (int i = 0; i < kMaxDevices; ++i) {
+    out->reserved[i] = device_[i];
+    out->allocated[i] = allocated_[i];
+  }
+  out->reserved_all = reserved_all_;
+  out->allocated_all = allocated_all_;
+  out->host = host_;
+  for (int i = 0; i < kMaxOwners; ++i) out->owner_device[i] = owner_device_[i];
+  out->device_count = device_count_;
+}
+
 void Recorder::reset_after_fork() {
   for (Shard& s : shards_) {
     s.lock.reset();
@@ -467,6 +493,8 @@ void Recorder::reset_after_fork() {
   ring_.clear();
   range_log_.clear();
   for (auto& d : device_) d = UsageStats{};
+  for (auto& d : allocated_) d = UsageStats{};
+  reserved_all_ = allocated_all_ = UsageStats{};
   for (auto& o : owner_device_) o = UsageStats{};
   host_ = UsageStats{};
   device_count_ = 0;

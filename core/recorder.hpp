@@ -87,6 +87,9 @@ class Recorder {
   // overwrote more than a quarter of it meanwhile, the cut is taken again with the ring copied
   // under the locks.
   StateCopy copy_state();
+  // The usage totals only, under the ring lock (the lock every event already takes): cheap enough
+  // for a program to ask for its numbers every step.
+  void usage(UsageTotals* out);
   // In a forked child: the child owns no device memory.
   void reset_after_fork();
 
@@ -110,6 +113,9 @@ class Recorder {
   void emit_cached_purge(const AllocRecord& r, uint64_t t);  // caller holds ring_lock_
   void account(const AllocRecord& r, int64_t sign);         // caller holds ring_lock_
   void account_bytes(bool host, int device, uint16_t owner, int64_t delta);  // caller holds ring_lock_
+  // Device bytes moved: `reserved` (the driver's), `allocated` (the program's blocks); without the
+  // caching allocator both are the same. Caller holds ring_lock_, device is in range.
+  void account_device(int device, int64_t reserved, int64_t allocated);
   void note_device(int device);  // caller holds ring_lock_
 
   Shard shards_[kShards];
@@ -122,7 +128,10 @@ class Recorder {
   TickClock clock_;  // set by configure
 
   // Guarded by ring_lock_:
-  UsageStats device_[kMaxDevices];
+  UsageStats device_[kMaxDevices];  // reserved
+  UsageStats allocated_[kMaxDevices];
+  UsageStats reserved_all_;
+  UsageStats allocated_all_;
   UsageStats host_;
   UsageStats owner_device_[kMaxOwners];
   int device_count_ = 0;

@@ -67,6 +67,18 @@ struct UsageStats {
   uint64_t allocations = 0;  // allocations ever made
 };
 
+// The usage totals alone, for a program that asks for its numbers while it runs (the public API's
+// memory_stats): a few kilobytes copied under one lock, no registry, no history.
+struct UsageTotals {
+  UsageStats reserved[kMaxDevices];   // device bytes the driver gave up (StateCopy::device)
+  UsageStats allocated[kMaxDevices];  // of them, the bytes in blocks the program holds
+  UsageStats reserved_all;            // all devices together (its peak is the peak of the sum)
+  UsageStats allocated_all;
+  UsageStats host;                    // pinned host memory, allocated or registered
+  UsageStats owner_device[kMaxOwners];
+  int device_count = 0;
+};
+
 // A consistent cut of the recorder: `live` is the state right after the last entry of `trace`.
 struct StateCopy {
   std::vector<AllocRecord> live;      // sorted by (kind is host, device, addr)

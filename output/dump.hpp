@@ -27,6 +27,7 @@ enum class DumpKind : uint8_t {
   Signal,    // MEMTRACE_SIGNAL
   Interval,  // MEMTRACE_INTERVAL
   Oom,       // the driver or the caching allocator said out of memory (MEMTRACE_DUMP_ON_OOM)
+  Api,       // the program asked (memtrace_dump, the Python module's dump())
 };
 constexpr const char* dump_kind_name(DumpKind k) {
   switch (k) {
@@ -34,6 +35,7 @@ constexpr const char* dump_kind_name(DumpKind k) {
     case DumpKind::Signal: return "signal";
     case DumpKind::Interval: return "interval";
     case DumpKind::Oom: return "oom";
+    case DumpKind::Api: return "api";
   }
   return "unknown";
 }

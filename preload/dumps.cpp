@@ -79,9 +79,21 @@ output::DumpRequest request_for(Session& s, DumpKind kind) {
 
 }  // namespace
 
-void dump_now(DumpKind kind) {
-  Session* s = session_if_active();
-  if (!s) return;
+namespace {
+
+// '%' in a path the program chose is its own character, not a template's.
+std::string literal_template(std::string_view path) {
+  std::string t;
+  for (char c : path) {
+    t += c;
+    if (c == '%') t += '%';
+  }
+  return t;
+}
+
+// One snapshot of `kind`, at `explicit_path` when not empty. False when none was taken (the exit
+// snapshot came first); *rep says how the write went.
+bool take_dump(Session& s, DumpKind kind, std::string_view explicit_path, output::DumpReport* rep) {
   // An out-of-memory dump runs in the program's own thread, between its call and the result.
   const int saved_errno = errno;
   rebind_bypassing_objects();  // an object that bypasses memtrace is named before the snapshot misses it
@@ -93,23 +105,56 @@ void dump_now(DumpKind kind) {
   // left behind), and none starts after it.
   pthread_mutex_lock(&g_dump_mutex);
   std::string report_of;  // the snapshot to write a report of, once the lock is given back
-  if (!g_exit_dump_done) {
+  const bool taken = !g_exit_dump_done;
+  if (taken) {
     g_exit_dump_done = at_exit;
     if (at_exit) g_exit_dump_taken.store(true, std::memory_order_release);
     if (at_exit && caching_mode::any_allocator()) caching_mode::settle_pending_frees();
-    StateCopy state = state_of(*s);
-    output::DumpRequest req = request_for(*s, kind);
-    output::DumpReport rep = output::dump_snapshot(state, s->stacks, req);
-    if (!at_exit && rep.written && s->config.summary)
-      log::cold().info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep.path,
-                       rep.bytes, rep.seconds);
-    if (rep.written && kind == DumpKind::Interval) keep_last_interval_dumps(*s, rep.path);
-    if (rep.written && s->config.report) report_of = rep.path;
+    StateCopy state = state_of(s);
+    output::DumpRequest req = request_for(s, kind);
+    if (!explicit_path.empty()) req.path_template = literal_template(explicit_path);
+    *rep = output::dump_snapshot(state, s.stacks, req);
+    if (!at_exit && rep->written && s.config.summary)
+      log::cold().info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep->path,
+                       rep->bytes, rep->seconds);
+    if (rep->written && kind == DumpKind::Interval) keep_last_interval_dumps(s, rep->path);
+    if (rep->written && s.config.report) report_of = rep->path;
   }
   pthread_mutex_unlock(&g_dump_mutex);
   if (!report_of.empty()) write_report(report_of);
   t_state.in_hook = was;
   errno = saved_errno;
+  return taken;
+}
+
+}  // namespace
+
+void dump_now(DumpKind kind) {
+  Session* s = session_if_active();
+  if (!s) return;
+  output::DumpReport rep;
+  take_dump(*s, kind, {}, &rep);
+}
+
+RequestedDump dump_requested(std::string_view path) {
+  RequestedDump out;
+  const int saved_errno = errno;
+  Session* s = session_if_active();
+  errno = saved_errno;
+  if (!s) return out;
+  output::DumpReport rep;
+  if (!take_dump(*s, DumpKind::Api, path, &rep)) {
+    out.outcome = RequestedDump::AfterExit;
+    return out;
+  }
+  out.path = rep.path;
+  if (rep.written) {
+    out.outcome = RequestedDump::Written;
+  } else {
+    out.outcome = RequestedDump::Failed;
+    out.error = rep.error.empty() ? std::string("MEMTRACE_OUTPUT is empty") : rep.error;
+  }
+  return out;
 }
 
 bool exit_dump_taken() { return g_exit_dump_taken.load(std::memory_order_acquire); }

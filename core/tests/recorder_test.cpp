@@ -374,3 +374,57 @@ TEST_CASE("caching allocator records: segments and blocks apart, one entry per a
   CHECK(c.trace.back().action == Action::SegmentUnmap);
   CHECK(c.device[0].current == 0);
 }
+
+TEST_CASE("usage totals: reserved and allocated per device and together, without a cut") {
+  Recorder r;
+  r.configure(100, 0);
+  AllocRecord a = rec(0x1000, 1000, 0);
+  a.owner = 2;
+  r.record_alloc(a);
+  r.record_alloc(rec(0x2000, 3000, 1));
+  r.record_alloc(rec(0x9000, 4096, -1, MemKind::HostPinned));
+  AllocRecord out;
+  REQUIRE(r.release(0x2000, 0, 0, &out));
+  r.record_alloc(rec(0x3000, 500, 1));
+  // A caching segment is reserved, not allocated; its block is allocated.
+  AllocRecord seg = rec(0x7000000, 2 << 20, 0, MemKind::Cached, 7);
+  seg.cache = CacheRole::Segment;
+  TraceEntry e;
+  e.action = Action::SegmentAlloc;
+  e.addr = seg.addr;
+  e.size = seg.size;
+  e.kind = MemKind::Cached;
+  r.cached_segments_change(e, nullptr, 0, &seg, 1);
+  AllocRecord block = rec(0x7000000, 4096, 0, MemKind::Cached, 7);
+  block.cache = CacheRole::Block;
+  block.owner = 2;
+  r.cached_block_alloc(block);
+
+  UsageTotals u;
+  r.usage(&u);
+  StateCopy c = r.copy_state();
+  CHECK(u.device_count == 2);
+  for (int d = 0; d < 2; ++d) {
+    CHECK(u.reserved[d].current == c.device[d].current);
+    CHECK(u.reserved[d].peak == c.device[d].peak);
+  }
+  CHECK(u.reserved[0].current == 1000 + (2u << 20));
+  CHECK(u.allocated[0].current == 1000 + 4096);
+  CHECK(u.allocated[0].allocations == 2);
+  CHECK(u.reserved[1].current == 500);
+  CHECK(u.reserved[1].peak == 3000);
+  CHECK(u.allocated[1].peak == 3000);
+  // The peak of both devices together: 1000 + 3000 at once, before the free; then the segment.
+  CHECK(u.reserved_all.current == 1000 + 500 + (2u << 20));
+  CHECK(u.reserved_all.peak == 1000 + 500 + (2u << 20));
+  CHECK(u.allocated_all.current == 1000 + 500 + 4096);
+  CHECK(u.allocated_all.peak == 1000 + 500 + 4096);
+  CHECK(u.allocated_all.peak < u.allocated[0].peak + u.allocated[1].peak);
+  CHECK(u.host.current == 4096);
+  CHECK(u.owner_device[2].current == 1000 + 4096);
+  REQUIRE(r.cached_block_free_requested(0x7000000, 0));
+  REQUIRE(r.cached_block_free_completed(0x7000000));
+  r.usage(&u);
+  CHECK(u.allocated[0].current == 1000);
+  CHECK(u.reserved[0].current == 1000 + (2u << 20));  // the segment stays cached
+}

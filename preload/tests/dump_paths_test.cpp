@@ -33,7 +33,7 @@ PathContext context() {
   return c;
 }
 
-constexpr DumpKind kOnDemand[] = {DumpKind::Signal, DumpKind::Interval, DumpKind::Oom};
+constexpr DumpKind kOnDemand[] = {DumpKind::Signal, DumpKind::Interval, DumpKind::Oom, DumpKind::Api};
 
 // memtrace's lines into a file while it lives (as MEMTRACE_LOG would put them): the library took
 // a copy of fd 2 as it loaded, so redirecting fd 2 would not catch them.
@@ -67,6 +67,7 @@ TEST_CASE("dump kinds are named in the snapshot as before", "[dump_paths]") {
   CHECK(std::string(dump_kind_name(DumpKind::Signal)) == "signal");
   CHECK(std::string(dump_kind_name(DumpKind::Interval)) == "interval");
   CHECK(std::string(dump_kind_name(DumpKind::Oom)) == "oom");
+  CHECK(std::string(dump_kind_name(DumpKind::Api)) == "api");
 }
 
 TEST_CASE("every template key of a dump's path", "[dump_paths]") {

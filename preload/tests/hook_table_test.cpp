@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "include/memtrace/memtrace_v1.h"
 #include "preload/driver_decls.hpp"
 #include "preload/hook_list.hpp"
 #include "preload/hook_table.hpp"
@@ -103,7 +104,7 @@ TEST_CASE("NCCL hooks are exactly the NCCL names", "[hook_table]") {
   }
 }
 
-TEST_CASE("the export list is the wrapped names, dlsym and the pluggable allocator", "[hook_table]") {
+TEST_CASE("the export list is the wrapped names, dlsym, the pluggable allocator and the public API", "[hook_table]") {
   std::ifstream in(MEMTRACE_EXPORTS_MAP);
   REQUIRE(in);
   std::stringstream text;
@@ -120,5 +121,8 @@ TEST_CASE("the export list is the wrapped names, dlsym and the pluggable allocat
     exported.insert(it->str());
   std::set<std::string> want = wrapped_names();
   want.insert({"dlsym", "memtrace_malloc", "memtrace_free", "InitializeInjectionNvtx2"});
+#define MEMTRACE_V1_NAME(x) want.insert("memtrace_v1_" #x);
+  MEMTRACE_V1_SYMBOLS(MEMTRACE_V1_NAME)
+#undef MEMTRACE_V1_NAME
   CHECK(exported == want);
 }

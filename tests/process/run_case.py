@@ -2013,6 +2013,226 @@ def case_export_list(ctx):
     print(f"  {len(names)} exported names, all allowed")
 
 
+# the public API -------------------------------------------------------------------------------
+
+# memtrace_status (include/memtrace/memtrace.h); the Python module has the same numbers.
+API_OK, API_NOT_LOADED, API_NOT_RECORDING, API_INVALID, API_NO_OPEN_RANGE, API_WRITE_FAILED = 0, 1, 2, 3, 4, 5
+
+
+def ranges_pending():
+    """True while this branch carries a stand-in for preload/ranges.cpp that records no ranges
+    (its tests/CMakeLists.txt then sets MEMTRACE_TEST_RANGES_PENDING=1): the checks of what ranges
+    put into a snapshot are left out, and say so."""
+    return os.environ.get("MEMTRACE_TEST_RANGES_PENDING") == "1"
+
+
+def labelled(r):
+    """label -> address, from the programs' LABEL lines."""
+    return {v[0]: int(v[1], 16) for v in r.out.values.get("LABEL", [])}
+
+
+def stat_values(r):
+    return {v[0]: int(v[1]) for v in r.out.values.get("STAT", []) if len(v) == 2 and re.match(r"^-?\d+$", v[1])}
+
+
+def dumped(r):
+    return {v[0]: " ".join(v[1:]) for v in r.out.values.get("DUMPED", [])}
+
+
+def check_api_ranges(snap, r, expect, marker):
+    """Each labelled allocation's alloc entry carries exactly the ranges in `expect` (outermost
+    first; [] for none), and an 'annotate' entry carries `marker` (docs/ranges.md)."""
+    if ranges_pending():
+        print(f"  {os.path.basename(snap.path)}: range checks left out (MEMTRACE_TEST_RANGES_PENDING=1)")
+        return
+    where = labelled(r)
+    allocs = {e["addr"]: e for e in snap.actions("alloc")}
+    for label, want in expect.items():
+        e = allocs.get(where.get(label))
+        check(e is not None, f"{snap.path}: no alloc entry for {label} ({where.get(label)})")
+        check(e.get("ranges", []) == want,
+              f"{snap.path}: {label} has ranges {e.get('ranges')}, expected {want}: {describe_entries([e])}")
+    marks = [e for e in snap.actions("annotate") if e.get("user_metadata") == marker]
+    check(len(marks) == 1, f"{snap.path}: {len(marks)} annotate entries with {marker!r}: "
+                           f"{describe_entries(snap.actions('annotate'))}")
+
+
+def check_api_snapshot(ctx, path, r, live_labels):
+    """A snapshot the program asked for: at its path, valid, taken for the API, holding what was live."""
+    check(os.path.isfile(path), f"no snapshot at {path!r}: {os.listdir(os.path.dirname(path))}\n{r.describe()}")
+    snap = Snapshot(path)
+    reason = snap.data.get("allocator_settings", {}).get("memtrace", {}).get("reason")
+    check(reason == "api", f"{path}: reason {reason!r}, expected 'api'")
+    where = labelled(r)
+    want = {where[l] for l in live_labels}
+    check(set(snap.segment_map()) == want, f"{path}: segments {[hex(a) for a in snap.segment_map()]}, "
+                                           f"live then: {[hex(a) for a in want]}")
+    ctx.check_snapshot_tool(path)
+    return snap
+
+
+@case
+def case_api_c(ctx):
+    """The C API (libmemtrace_api.a) in a program without memtrace, with it, and with memtrace
+    loaded but not recording: statuses, errno kept, ranges on allocations, memory numbers, dumps
+    to an explicit path, to the configured name and to a path that cannot be written."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("api_client")
+    explicit = os.path.join(ctx.tmp, "asked for %p.pickle")  # '%' is the program's, not a template's
+    blocker = os.path.join(ctx.tmp, "a-file")
+    open(blocker, "w").close()
+    unwritable = os.path.join(blocker, "x.pickle")
+    argv = [prog, explicit, unwritable]
+    labels = ("pop_none_open", "push_null", "annotate_null", "stats_null", "push_outer", "push_inner", "pop_inner",
+              "pop_outer", "pop_extra", "annotate", "stats_too_small", "stats", "dump_explicit", "dump_unwritable",
+              "dump_empty", "dump_default")
+
+    plain = ctx.run(argv, preload=False)
+    expect_ok(plain, "api_client without memtrace")
+    check(stat_values(plain).get("loaded") == 0, f"loaded without memtrace\n{plain.describe()}")
+    check(plain.out.statuses == {l: API_NOT_LOADED for l in labels},
+          f"without memtrace every call must say MEMTRACE_NOT_LOADED: {plain.out.statuses}")
+    check(plain.out.values.get("TEXT") == [["memtrace", "is", "not", "loaded", "(libmemtrace.so", "is", "not",
+                                            "preloaded)"]], f"status text: {plain.out.values.get('TEXT')}")
+    check(not os.path.exists(explicit) and stat_values(plain).get("errno_kept") == 1, plain.describe())
+
+    r = ctx.run(argv)
+    expect_ok(r, "api_client with memtrace")
+    same_story(plain, r, "api_client")
+    want = {l: API_OK for l in labels}
+    want.update(pop_none_open=API_NO_OPEN_RANGE, push_null=API_INVALID, annotate_null=API_INVALID,
+                stats_null=API_INVALID, pop_extra=API_NO_OPEN_RANGE, stats_too_small=API_INVALID,
+                dump_unwritable=API_WRITE_FAILED, dump_empty=API_INVALID)
+    check(r.out.statuses == want, f"statuses {r.out.statuses}\nexpected {want}\n{r.describe()}")
+    st = stat_values(r)
+    live_then = (1 << 20) + 65536 + 3000
+    check(st.get("loaded") == 1 and st.get("version") == 1 and st.get("device_count") == 1, f"{st}")
+    for k in ("allocated_current", "reserved_current", "reserved_peak", "all_allocated_current", "owners_current"):
+        check(st.get(k) == live_then, f"{k} = {st.get(k)}, the program held {live_then} bytes\n{r.describe()}")
+    check(st.get("allocations") == 3, f"allocations = {st.get('allocations')}, the program made 3")
+    owners = {v[0]: int(v[1]) for v in r.out.values.get("OWNER", [])}
+    check(owners == {"api_client": live_then}, f"owners of the device bytes: {owners}")
+    check(st.get("errno_kept") == 1, f"a memtrace call changed errno\n{r.describe()}")
+    check(any(blocker in l for l in r.problems()), f"the failed dump said nothing\n{r.describe()}")
+    check(not os.path.exists(unwritable), "a file at the unwritable path")
+
+    paths = dumped(r)
+    check(paths.get("explicit") == explicit, f"written at {paths.get('explicit')!r}, asked for {explicit!r}")
+    snap = check_api_snapshot(ctx, explicit, r, ("in_inner", "in_outer", "outside"))
+    check_api_ranges(snap, r, {"in_inner": ["outer", "inner"], "in_outer": ["outer"], "outside": []}, "checkpoint one")
+    default = paths.get("default", "")
+    check(default in r.on_demand_snapshots(), f"the default dump went to {default!r}; on-demand files: "
+                                              f"{r.on_demand_snapshots()}")
+    check_api_snapshot(ctx, default, r, ("in_inner", "in_outer", "outside"))
+    exit_snap = r.snapshot()
+    check_against_program(exit_snap, r.out)
+    check_api_ranges(exit_snap, r, {"in_inner": ["outer", "inner"], "in_outer": ["outer"], "outside": []},
+                     "checkpoint one")
+    ctx.check_snapshot_tool(exit_snap.path)
+
+    # Loaded, not recording (MEMTRACE_RANKS leaves rank 3 out): a status that says so, nothing written.
+    os.unlink(explicit)
+    off = ctx.run(argv, env={"RANK": "3", "MEMTRACE_RANKS": "0"})
+    expect_ok(off, "api_client not recorded")
+    want = {l: API_NOT_RECORDING for l in labels}
+    want.update(push_null=API_INVALID, annotate_null=API_INVALID, stats_null=API_INVALID,
+                stats_too_small=API_NOT_RECORDING, dump_empty=API_INVALID)
+    check(stat_values(off).get("loaded") == 1, off.describe())
+    check(off.out.statuses == want, f"not recorded: statuses {off.out.statuses}\nexpected {want}")
+    check(not os.path.exists(explicit) and not off.snapshots(), f"a snapshot of a process not recorded\n{off.describe()}")
+
+
+def python_api_env(ctx):
+    return {"PYTHONPATH": os.path.join(ctx.build, "lib", "memtrace", "python")}
+
+
+def python_api_stats(r):
+    out = {}
+    for line in r.stdout.splitlines():
+        for key in ("STATS ", "STATS0 "):
+            if line.startswith(key):
+                out[key.strip()] = json.loads(line[len(key):])
+    return out
+
+
+PY_API_LABELS = ("recording", "enter_forward", "decorated", "annotate", "memory_stats", "dump_explicit",
+                 "dump_default", "dump_unwritable")
+
+
+@case
+def case_api_python_unloaded(ctx):
+    """The Python module without libmemtrace.so: every call does nothing, raises nothing, and says
+    MEMTRACE_NOT_LOADED; the program runs to its end as it would with memtrace."""
+    ctx.need_sim()
+    module = os.path.join(ctx.build, "lib", "memtrace", "python", "memtrace", "__init__.py")
+    if not os.path.isfile(module):
+        raise Skip(f"{module} is not in the build tree (python/CMakeLists.txt copies it)")
+    script = os.path.join(ctx.source, "tests", "process", "api_python.py")
+    explicit = os.path.join(ctx.tmp, "asked.pickle")
+    r = ctx.run([sys.executable, script, explicit], preload=False, env=python_api_env(ctx))
+    expect_ok(r, "api_python.py without memtrace")
+    check(r.out.statuses == {l: API_NOT_LOADED for l in PY_API_LABELS}, f"statuses {r.out.statuses}")
+    st = stat_values(r)
+    check(st.get("loaded") == 0 and st.get("recording") == 0 and st.get("annotate") == 0, f"{st}")
+    stats = python_api_stats(r)
+    check(stats == {"STATS": {}, "STATS0": {}}, f"memory_stats without memtrace: {stats}")
+    check(dumped(r) == {"explicit": "-", "default": "-", "unwritable": "-"}, f"dumps: {dumped(r)}")
+    check(not os.path.exists(explicit), "a file written without memtrace")
+    check(len(r.out.allocs("dev")) == 6, f"the program's allocations: {r.out.allocs('dev')}")
+
+
+@case
+def case_api_python(ctx):
+    """The Python module under memtrace: ranges (with, decorator, another thread, an exception
+    inside), a marker, memory_stats() in torch.cuda.memory_stats() style, dumps."""
+    ctx.need_preload()
+    ctx.need_sim()
+    script = os.path.join(ctx.source, "tests", "process", "api_python.py")
+    explicit = os.path.join(ctx.tmp, "asked.pickle")
+    plain = ctx.run([sys.executable, script, explicit], preload=False, env=python_api_env(ctx))
+    expect_ok(plain, "api_python.py without memtrace")
+    r = ctx.run([sys.executable, script, explicit], env=python_api_env(ctx))
+    expect_ok(r, "api_python.py with memtrace")
+    same_story(plain, r, "api_python.py")
+    want = {l: API_OK for l in PY_API_LABELS}
+    want["dump_unwritable"] = API_WRITE_FAILED
+    check(r.out.statuses == want, f"statuses {r.out.statuses}\nexpected {want}\n{r.describe()}")
+    st = stat_values(r)
+    check(st.get("loaded") == 1 and st.get("recording") == 1 and st.get("annotate") == 1, f"{st}")
+
+    sizes = {l: s for l, s in (("in_block", 1 << 20), ("in_forward", 65536), ("in_step", 4096),
+                               ("in_worker", 8192), ("outside", 3000), ("after_raise", 2048))}
+    held = sum(sizes.values())
+    stats = python_api_stats(r)
+    s = stats.get("STATS", {})
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+                "reserved_bytes.all.peak"):
+        check(s.get(key) == held, f"memory_stats()[{key!r}] = {s.get(key)}, the program held {held}: {s}")
+    check(s.get("allocation.all.allocated") == len(sizes) and s.get("segment.all.allocated") == len(sizes), f"{s}")
+    check(list(s.get("devices", {})) == ["0"], f"devices: {s.get('devices')}")  # JSON made the index a string
+    check(s["devices"]["0"]["allocated_bytes.all.current"] == held, f"{s['devices']}")
+    check(s.get("pinned_host_bytes.current") == 0, f"{s}")
+    owners = s.get("owners", {})
+    check(sum(o["current"] for o in owners.values()) == held and all(o["peak"] >= o["current"] for o in owners.values()),
+          f"owners {owners} do not add up to {held}")
+    s0 = stats.get("STATS0", {})
+    check(s0.get("allocated_bytes.all.current") == held and "devices" not in s0, f"memory_stats(0): {s0}")
+
+    paths = dumped(r)
+    check(paths.get("explicit") == explicit, f"dump(path) returned {paths.get('explicit')!r}")
+    check(paths.get("unwritable") == "-", f"a dump that failed returned {paths.get('unwritable')!r}")
+    snap = check_api_snapshot(ctx, explicit, r, list(sizes))
+    expect = {"in_block": ["forward", "block.3"], "in_forward": ["forward"], "in_step": ["optimizer_step"],
+              "in_worker": ["worker"], "outside": [], "after_raise": []}
+    check_api_ranges(snap, r, expect, "checkpoint")
+    check(paths.get("default") in r.on_demand_snapshots(), f"dump() returned {paths.get('default')!r}; "
+                                                           f"on-demand files: {r.on_demand_snapshots()}")
+    exit_snap = r.snapshot()
+    check_against_program(exit_snap, r.out)
+    check_api_ranges(exit_snap, r, expect, "checkpoint")
+
+
 # the real runtime ----------------------------------------------------------------------------
 
 CUDA_LIB64 = "/usr/local/cuda/lib64"
@@ -2191,7 +2411,7 @@ def case_report_beside_snapshot(ctx):
 
 ENV_DUMP = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
             "('LD_PRELOAD', 'LD_LIBRARY_PATH', 'MEMTRACE_OUTPUT', 'MEMTRACE_SUMMARY', 'MEMTRACE_STACKS', "
-            "'MEMTRACE_DEBUG')}))")
+            "'MEMTRACE_DEBUG', 'PYTHONPATH')}))")
 
 
 def fake_prefix(ctx):
@@ -2243,6 +2463,17 @@ def case_cli_run_env(ctx):
     asan = "/nonexistent/sanitizer/libasan.so.8"  # a name is enough: ld.so skips a missing file
     got = env_of(["run", "--"], env={"LD_PRELOAD": f"{asan} {chain}"})
     check(got["LD_PRELOAD"] == f"{asan}:{lib}:{chain}", f"LD_PRELOAD={got['LD_PRELOAD']}, expected the sanitizer first")
+    # The Python module's folder is appended to PYTHONPATH, once, when the prefix has the module.
+    got = env_of(["run", "--"], env={"PYTHONPATH": None})
+    check(got["PYTHONPATH"] is None, f"PYTHONPATH={got['PYTHONPATH']} set by a prefix without the Python module")
+    pydir = os.path.join(prefix, "lib", "memtrace", "python")
+    os.makedirs(os.path.join(pydir, "memtrace"))
+    got = env_of(["run", "--"], env={"PYTHONPATH": None})
+    check(got["PYTHONPATH"] == pydir, f"PYTHONPATH={got['PYTHONPATH']}, expected {pydir}")
+    got = env_of(["run", "--"], env={"PYTHONPATH": "/mine:/theirs"})
+    check(got["PYTHONPATH"] == f"/mine:/theirs:{pydir}", f"PYTHONPATH={got['PYTHONPATH']}: not appended")
+    got = env_of(["run", "--"], env={"PYTHONPATH": f"{pydir}:/mine"})
+    check(got["PYTHONPATH"] == f"{pydir}:/mine", f"PYTHONPATH={got['PYTHONPATH']}: added twice")
     # A prefix without the library: an error, not a run without memtrace.
     os.unlink(lib)
     r = ctx.run([tool, "run", "--"] + py, preload=False)
