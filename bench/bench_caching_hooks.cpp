@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "child_run.hpp"
+
 namespace {
 
 constexpr long kBatch = 1000;
@@ -70,27 +72,8 @@ struct Figures {
 
 Figures run_config(const char* self, long pairs, const std::vector<std::string>& env) {
   Figures f;
-  int fds[2];
-  if (pipe(fds) != 0) return f;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-    std::string n = std::to_string(pairs);
-    execl(self, self, "--child", n.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[128] = {0};
-  ssize_t got = read(fds[0], buf, sizeof buf - 1);
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  std::string snap = "/tmp/memtrace-bench-" + std::to_string(pid) + ".pickle";
-  unlink(snap.c_str());
-  if (got <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return f;
-  f.ok = std::sscanf(buf, "%lf %lf %lf", &f.median, &f.p10, &f.p90) == 3;
+  std::string line = memtrace::bench::run_child(self, {std::to_string(pairs)}, env, "/tmp/memtrace-bench-");
+  f.ok = !line.empty() && std::sscanf(line.c_str(), "%lf %lf %lf", &f.median, &f.p10, &f.p90) == 3;
   return f;
 }
 

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "child_run.hpp"
+
 namespace {
 
 double per_pair(long pairs, int kind) {
@@ -72,27 +74,9 @@ int child(int kind, long pairs) {
 }
 
 double run_config(const char* self, int kind, long pairs, const std::vector<std::string>& env) {
-  int fds[2];
-  if (pipe(fds) != 0) return 1e30;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-    std::string k = std::to_string(kind), n = std::to_string(pairs);
-    execl(self, self, "--child", k.c_str(), n.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[64] = {0};
-  ssize_t got = read(fds[0], buf, sizeof buf - 1);
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  std::string snap = "/tmp/memtrace-bench-ranges-" + std::to_string(pid) + ".pickle";
-  unlink(snap.c_str());
-  if (got <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 1e30;
-  return std::atof(buf);
+  std::string line = memtrace::bench::run_child(self, {std::to_string(kind), std::to_string(pairs)}, env,
+                                                "/tmp/memtrace-bench-ranges-");
+  return line.empty() ? 1e30 : std::atof(line.c_str());
 }
 
 }  // namespace

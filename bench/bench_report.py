@@ -12,11 +12,10 @@
    Targets: written in under 10 s, under 25 MB.
 3. When the browser harness is installed (report/web/tests), loads the page in headless Chromium
    and times navigation to first draw (window.MEMTRACE_READY). Target: under 3 s.
-   PyTorch's viewer (torch/utils/viz/MemoryViz.js) is not timed beside it: it is not on this
-   machine and cannot be brought here (Debian's python3-torch 2.6 leaves it out, and the HTML that
-   torch.cuda._memory_viz writes imports it, and d3, from a CDN when it loads), so it cannot open
-   without the network, which is where this benchmark runs; the bench says so rather than print a
-   figure.
+4. PyTorch's own viewer beside it, in the same browser: the page `_memory_viz.py trace_plot` writes
+   for the same file (PyTorch's MemoryViz.js from Debian's PyTorch source and d3 from npm, answered
+   from disk: tests/browser/memory_viz_offline.mjs), timed to its first draw, or to --viz-limit.
+   Needs what scripts/setup.sh fetched into the build folder (memory_viz/, browser/node_modules).
 Not a test: figures depend on the machine; the load is printed with them.
 """
 import argparse
@@ -106,6 +105,26 @@ def run_child(argv, env=None):
     return r, wall, cpu, after.ru_maxrss / 1024.0
 
 
+def time_memory_viz(args, snap, here):
+    build = os.path.dirname(os.path.dirname(os.path.abspath(args.memtrace)))
+    viz, modules = os.path.join(build, 'memory_viz'), os.path.join(build, 'browser', 'node_modules')
+    if not os.path.exists(os.path.join(viz, 'MemoryViz.js')) or not os.path.exists(os.path.join(modules, 'd3')):
+        print(f"PyTorch's viewer: not timed ({viz}/MemoryViz.js or {modules}/d3 missing; scripts/setup.sh fetches them)")
+        return
+    page = os.path.join(args.dir, 'memtrace_bench_memory_viz.html')
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, os.path.join(viz, '_memory_viz.py'), 'trace_plot', snap, '-o', page],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"PyTorch's _memory_viz.py trace_plot failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+        return
+    print(f"PyTorch's _memory_viz.py trace_plot: {time.perf_counter() - t0:.1f} s, page {os.path.getsize(page) / 1e6:.1f} MB")
+    r = subprocess.run(['node', os.path.join(here, 'time_memory_viz.mjs'), '--modules', modules, '--memory-viz', viz,
+                        '--limit', str(args.viz_limit), page], capture_output=True, text=True)
+    print(r.stdout.strip() or r.stderr.strip()[-300:])
+    os.remove(page)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--memtrace', required=True)
@@ -113,6 +132,7 @@ def main():
     ap.add_argument('--stacks', type=int, default=50000)
     ap.add_argument('--dir', default=os.environ.get('TMPDIR', '/tmp'))
     ap.add_argument('--keep', action='store_true')
+    ap.add_argument('--viz-limit', type=int, default=300, help="seconds PyTorch's viewer may take (default 300)")
     args = ap.parse_args()
     snap = os.path.join(args.dir, f'memtrace_bench_report_{args.entries}.pickle')
     page = os.path.join(args.dir, f'memtrace_bench_report_{args.entries}.html')
@@ -142,9 +162,9 @@ def main():
     if os.path.exists(timer):
         r = subprocess.run(['node', timer, page], capture_output=True, text=True)
         print(r.stdout.strip() or r.stderr.strip())
-        print("PyTorch's memory_viz: not timed (its MemoryViz.js and d3 load from a CDN; no network here)")
     else:
         print('(browser timing skipped: report/web/tests/time_page.mjs is not there)')
+    time_memory_viz(args, snap, here)
     if not args.keep:
         os.remove(snap)
         os.remove(page)

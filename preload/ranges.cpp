@@ -18,6 +18,11 @@ namespace {
 // and the stacks its threads hold must mean the same thing when the session starts.
 constinit Immortal<RangeTable> g_table;
 RangeTable& table() { return g_table.value; }
+// Marker texts apart from range names: a program that marks every step with a new text ("step
+// 1234") fills this store, never the one its ranges are named from (docs/ranges.md).
+constinit Immortal<RangeTable> g_markers;
+RangeTable& markers() { return g_markers.value; }
+constexpr const char* kMarkersFull = "(marker text dropped: memtrace's marker store is full)";
 
 // Domains: a name each; domain 0 is NVTX's default (and memtrace's API), named "".
 constexpr uint32_t kMaxDomains = 1024;
@@ -57,8 +62,8 @@ void log_range(uint32_t node, RangeStage stage) {
 }
 
 // "domain:name" for a named domain, in a buffer on the stack (no allocation on this path).
-uint32_t intern_in(Domain d, std::string_view name) {
-  if (d == 0 || d >= g_domain_count.load(std::memory_order_acquire)) return table().intern_name(name);
+uint32_t intern_in(RangeTable& into, Domain d, std::string_view name) {
+  if (d == 0 || d >= g_domain_count.load(std::memory_order_acquire)) return into.intern_name(name);
   std::string_view dn = table().name(g_domain_names[d]);
   char buf[2 * RangeTable::kMaxNameLength + 2];
   const size_t a = std::min<size_t>(dn.size(), RangeTable::kMaxNameLength);
@@ -66,8 +71,9 @@ uint32_t intern_in(Domain d, std::string_view name) {
   std::memcpy(buf, dn.data(), a);
   buf[a] = ':';
   std::memcpy(buf + a + 1, name.data(), b);
-  return table().intern_name(std::string_view(buf, a + 1 + b));
+  return into.intern_name(std::string_view(buf, a + 1 + b));
 }
+uint32_t intern_in(Domain d, std::string_view name) { return intern_in(table(), d, name); }
 
 int push_id(Domain d, uint32_t name_id) {
   ThreadRanges& t = t_ranges;
@@ -179,16 +185,27 @@ void end(uint64_t id) {
   log_range(node, RangeStage::End);
 }
 
-void mark(Domain d, std::string_view text) { mark_registered(d, intern_in(d, text)); }
-
-void mark_registered(Domain, uint32_t id) {
-  if (id == 0 || !session_ready()) return;
+namespace {
+// `text` lives in one of the tables, which outlive the recorder.
+__attribute__((noinline)) void record_marker(const char* text, void* caller) {
   HookScope scope;
   Session* s = scope.session();
   if (!s) return;
   const Current c = current();
-  s->recorder.record_marker(thread_device_hint(), table().name(id).data(),
-                            capture_stack_id(*s, __builtin_return_address(0)), c.range, c.phase);
+  s->recorder.record_marker(thread_device_hint(), text, capture_stack_id(*s, caller), c.range, c.phase);
+}
+}  // namespace
+
+// A marker starts the session (HookScope) where a range does not: it is an event of its own, and
+// a program often marks its first step before its first allocation.
+void mark(Domain d, std::string_view text) {
+  const uint32_t id = intern_in(markers(), d, text);
+  record_marker(id ? markers().name(id).data() : kMarkersFull, __builtin_return_address(0));
+}
+
+void mark_registered(Domain, uint32_t id) {
+  if (id == 0) return;
+  record_marker(table().name(id).data(), __builtin_return_address(0));
 }
 
 Current current() { return {t_ranges.node, g_phase.load(std::memory_order_acquire)}; }
@@ -201,6 +218,7 @@ void copy_table(StateCopy* out) {
 
 void after_fork_child() {
   table().reset_after_fork();
+  markers().reset_after_fork();
   g_domain_lock.reset();
   g_open_lock.reset();
 }

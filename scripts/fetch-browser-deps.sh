@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the npm packages the browser tests use (tests/browser/package.json and its committed
-# package-lock.json: the real speedscope app, and playwright-core to drive Debian's Chromium) into
+# package-lock.json: the real speedscope app, d3 5 for PyTorch's MemoryViz.js, and playwright-core
+# to drive Debian's Chromium) into
 # DEST/node_modules (default build/browser), with `npm ci`, so the versions are exactly the lock's.
 # Nothing lands in the source tree.
 #
@@ -19,6 +20,7 @@ fi
 ready() {
   [ -f "$DEST/node_modules/speedscope/dist/release/index.html" ] &&
     [ -f "$DEST/node_modules/playwright-core/package.json" ] &&
+    [ -f "$DEST/node_modules/d3/package.json" ] &&
     cmp -s "$SRC/package-lock.json" "$DEST/installed-lock.json"
 }
 if ready; then exit 0; fi
@@ -30,4 +32,4 @@ if ! (cd "$DEST" && npm ci --no-audit --no-fund --loglevel=error >npm-ci.log 2>&
 fi
 cp "$SRC/package-lock.json" "$DEST/installed-lock.json"
 ready || { echo "fetch-browser-deps: npm ci left no speedscope app under $DEST/node_modules" >&2; exit 1; }
-echo "fetch-browser-deps: speedscope and playwright-core ready under $DEST/node_modules" >&2
+echo "fetch-browser-deps: speedscope, d3 and playwright-core ready under $DEST/node_modules" >&2

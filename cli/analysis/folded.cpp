@@ -42,27 +42,29 @@ std::vector<std::string> root_frames(const reader::Snapshot& s, const LiveAlloc&
   return out;
 }
 
+std::vector<RootedStack> group_by_stack_and_root(const std::vector<LiveAlloc>& allocs, GroupBy root) {
+  std::unordered_map<uint64_t, size_t> index;  // (stack << 32 | root id) -> position in out
+  std::vector<RootedStack> out;
+  for (const LiveAlloc& a : allocs) {
+    const uint64_t extra = root == GroupBy::kOwner ? a.category : root == GroupBy::kRange ? a.range : 0;
+    auto [it, added] = index.try_emplace(uint64_t{a.stack} << 32 | extra, out.size());
+    if (added) out.push_back({a.stack, 0, &a});
+    out[it->second].bytes += a.bytes;
+  }
+  std::erase_if(out, [](const RootedStack& g) { return g.bytes == 0; });
+  return out;
+}
+
 std::vector<FoldedLine> fold_allocs(const reader::Snapshot& s, const std::vector<LiveAlloc>& allocs, StackView* view,
                                     GroupBy root) {
   const bool short_frames = view && view->mode() == FrameMode::kShort;
-  // By (stack, root id): the category or range id beside the stack, cheap keys; texts once each.
-  std::unordered_map<uint64_t, uint64_t> by_id;
-  std::unordered_map<uint64_t, const LiveAlloc*> example;
-  for (const LiveAlloc& a : allocs) {
-    uint64_t extra = root == GroupBy::kOwner ? a.category : root == GroupBy::kRange ? a.range : 0;
-    uint64_t key = uint64_t{a.stack} << 32 | extra;
-    by_id[key] += a.bytes;
-    example.try_emplace(key, &a);
-  }
   std::map<std::string, uint64_t> by_text;
-  for (const auto& [key, bytes] : by_id) {
-    if (!bytes) continue;
-    const auto id = static_cast<reader::StackId>(key >> 32);
+  for (const RootedStack& g : group_by_stack_and_root(allocs, root)) {
     std::string text;
-    for (const std::string& f : root_frames(s, *example.at(key), root)) append_field(text, f);
-    std::string stack = short_frames ? folded_shown(s, *view, id) : folded_stack(s, id);
+    for (const std::string& f : root_frames(s, *g.example, root)) append_field(text, f);
+    std::string stack = short_frames ? folded_shown(s, *view, g.stack) : folded_stack(s, g.stack);
     text += text.empty() ? stack : ";" + stack;
-    by_text[text] += bytes;
+    by_text[text] += g.bytes;
   }
   std::vector<FoldedLine> out;
   out.reserve(by_text.size());

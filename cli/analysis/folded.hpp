@@ -27,6 +27,14 @@ std::vector<FoldedLine> fold_allocs(const reader::Snapshot& s, const std::vector
                                     StackView* view = nullptr, GroupBy root = GroupBy::kStack);
 // The root frames `root` puts above an allocation's stack (none for kStack), outermost first.
 std::vector<std::string> root_frames(const reader::Snapshot& s, const LiveAlloc& a, GroupBy root);
+// The allocations summed per (stack, root group): the owner's category or the range beside the
+// stack, cheap ids first, texts built once per group by the caller. `example` is one of them.
+struct RootedStack {
+  reader::StackId stack = 0;
+  uint64_t bytes = 0;
+  const LiveAlloc* example = nullptr;
+};
+std::vector<RootedStack> group_by_stack_and_root(const std::vector<LiveAlloc>& allocs, GroupBy root);
 std::string folded_text(const std::vector<FoldedLine>& lines);
 
 }  // namespace memtrace::analysis

@@ -45,22 +45,13 @@ Sample sample_of(const reader::Snapshot& s, StackView* view, reader::StackId id)
 // bytes, sorted.
 std::map<Sample, uint64_t> samples_of(const reader::Snapshot& s, StackView* view, const std::vector<LiveAlloc>& allocs,
                                       GroupBy root) {
-  std::unordered_map<uint64_t, uint64_t> by_id;
-  std::unordered_map<uint64_t, const LiveAlloc*> example;
-  for (const LiveAlloc& a : allocs) {
-    uint64_t extra = root == GroupBy::kOwner ? a.category : root == GroupBy::kRange ? a.range : 0;
-    uint64_t key = uint64_t{a.stack} << 32 | extra;
-    by_id[key] += a.bytes;
-    example.try_emplace(key, &a);
-  }
   std::map<Sample, uint64_t> out;
-  for (const auto& [key, bytes] : by_id) {
-    if (!bytes) continue;
+  for (const RootedStack& g : group_by_stack_and_root(allocs, root)) {
     Sample sample;
-    for (std::string& f : root_frames(s, *example.at(key), root)) sample.push_back({std::move(f), {}, 0});
-    Sample stack = sample_of(s, view, static_cast<reader::StackId>(key >> 32));
+    for (std::string& f : root_frames(s, *g.example, root)) sample.push_back({std::move(f), {}, 0});
+    Sample stack = sample_of(s, view, g.stack);
     sample.insert(sample.end(), std::make_move_iterator(stack.begin()), std::make_move_iterator(stack.end()));
-    out[std::move(sample)] += bytes;
+    out[std::move(sample)] += g.bytes;
   }
   return out;
 }

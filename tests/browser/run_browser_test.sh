@@ -16,7 +16,7 @@ if ! command -v node >/dev/null 2>&1; then
   why="node is not installed (Debian's nodejs package; scripts/setup.sh installs it)"
 elif [ ! -x "$chromium" ]; then
   why="no Chromium at $chromium (Debian's chromium package; scripts/setup.sh installs it)"
-elif [ ! -f "$modules/speedscope/dist/release/index.html" ] || [ ! -f "$modules/playwright-core/package.json" ]; then
+elif [ ! -f "$modules/speedscope/dist/release/index.html" ] || [ ! -f "$modules/playwright-core/package.json" ] || [ ! -f "$modules/d3/package.json" ]; then
   why="the npm packages are not installed under $modules (run scripts/fetch-browser-deps.sh; it needs the npm registry)"
 fi
 if [ -n "$why" ]; then

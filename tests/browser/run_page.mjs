@@ -87,8 +87,9 @@ export class Browser {
   }
 
   // Opens url in a fresh page of a fixed size and waits until `until` (a function or expression
-  // run in the page) is true. Resolves to an OpenPage whose errors lists what went wrong so far.
-  async open(url, { until, viewport = { width: 1280, height: 720 }, timeout = WAIT_MS } = {}) {
+  // run in the page) is true. `before(page)` runs before the page loads (to route its requests).
+  // Resolves to an OpenPage whose errors lists what went wrong so far.
+  async open(url, { until, before, viewport = { width: 1280, height: 720 }, timeout = WAIT_MS } = {}) {
     const context = await this.browser.newContext({ viewport });
     context.setDefaultTimeout(timeout);
     const page = await context.newPage();
@@ -102,6 +103,7 @@ export class Browser {
     page.on('response', (r) => {
       if (r.status() >= 400) p.errors.push(`HTTP ${r.status()}: ${r.url()}`);
     });
+    if (before) await before(page);
     await page.goto(url, { timeout });
     if (until) await page.waitForFunction(until, undefined, { timeout, polling: 100 });
     return p;

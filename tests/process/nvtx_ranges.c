@@ -4,6 +4,8 @@
  * printed with the ranges it was made in, as docs/ranges.md says the snapshot must name them:
  *   RANGES 0x<addr> <name> > <name> ...     ("-" for none)
  *   MARK <text>                             a marker the snapshot must hold as an 'annotate' entry
+ * With MT_MARKER_FLOOD=N it does only this: N markers, each with a new text ("step <i>"), then one
+ * allocation inside a range, which must still be named however many texts the markers brought.
  */
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
@@ -37,10 +39,26 @@ static void* worker(void* arg) {
   return NULL;
 }
 
+static int marker_flood(int n) {
+  char text[32];
+  for (int i = 0; i < n; ++i) {
+    snprintf(text, sizeof text, "step %d", i);
+    nvtxMarkA(text);
+  }
+  printf("MARKS %d\n", n);
+  nvtxRangePushA("after_flood");
+  alloc_in("after_flood", 4096);
+  nvtxRangePop();
+  mt_done();
+  return 0;
+}
+
 int main(void) {
   mt_init();
   mt_setup(0);
   MUST("cuCtxGetCurrent", cuCtxGetCurrent(&g_ctx));
+  const char* flood = getenv("MT_MARKER_FLOOD");
+  if (flood) return marker_flood(atoi(flood));
 
   CUdeviceptr none = alloc_in("-", 1000);
 

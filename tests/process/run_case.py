@@ -1797,6 +1797,28 @@ def case_nvtx_ranges(ctx):
 
 
 @case
+def case_nvtx_marker_flood(ctx):
+    """Markers with ever new texts fill their own store, never the range names (docs/ranges.md)."""
+    n = 70000  # past the marker store's 65,536 texts
+    r = ctx.run([ctx.program("nvtx_ranges")], env={"MT_MARKER_FLOOD": str(n), "MEMTRACE_MAX_ENTRIES": "200000"})
+    expect_ok(r, "nvtx_ranges with a marker flood")
+    snap = r.snapshot()
+    entries = [e for _, e in snap.entries()]
+    marks = [e["user_metadata"] for e in entries if e["action"] == "annotate"]
+    check(len(marks) == n, f"{len(marks)} annotate entries, expected {n}")
+    full = "(marker text dropped: memtrace's marker store is full)"
+    named = [m for m in marks if m != full]
+    check(named == [f"step {i}" for i in range(len(named))] and len(named) >= 65000,
+          f"{len(named)} markers kept their text, in order; expected the first 65,000 or more")
+    check(all(m == full for m in marks[len(named):]) and len(named) < n,
+          f"markers past the store's bound: {set(marks[len(named):])}")
+    (addr, _), = r.out.live("dev").items()
+    mine = [e for e in entries if e.get("addr") == addr and e["action"] == "alloc"]
+    check(len(mine) == 1 and mine[0].get("ranges") == ["after_flood"],
+          f"the allocation after the flood: {mine}")
+
+
+@case
 def case_thread_exit(ctx):
     ctx.need_preload()
     ctx.need_sim()
