@@ -20,9 +20,9 @@ Not a test: figures depend on the machine; the load is printed with them.
 """
 import argparse
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 GEN = r'''
@@ -95,14 +95,18 @@ os._exit(0)
 
 
 def run_child(argv, env=None):
-    """Wall time, CPU time (user + system) and peak RSS of one child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return r, wall, cpu, after.ru_maxrss / 1024.0
+    """Wall time, CPU time (user + system) and peak RSS of this one child (wait4: RUSAGE_CHILDREN's
+    peak would be the largest of every child so far, the snapshot generator's included)."""
+    with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        r = subprocess.CompletedProcess(argv, p.returncode, out.read(), err.read())
+    return r, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0
 
 
 def time_memory_viz(args, snap, here):
