@@ -72,7 +72,7 @@ std::vector<std::string> files_of(const std::string& dir, pid_t pid, time_t sinc
   return out;
 }
 
-[[noreturn]] void watch(pid_t program, const std::string& recover, const std::string& dir) {
+[[noreturn]] void watch(pid_t program, const std::string& recover, const std::vector<std::string>& dirs) {
   const time_t started = time(nullptr) - 1;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -82,7 +82,10 @@ std::vector<std::string> files_of(const std::string& dir, pid_t pid, time_t sinc
   }
   for (int fd = 3; fd < 1024; ++fd) close(fd);
   wait_for_exit(program);
-  for (const std::string& file : files_of(dir, program, started)) {
+  std::vector<std::string> files;
+  for (const std::string& dir : dirs)
+    for (std::string& f : files_of(dir, program, started)) files.push_back(std::move(f));
+  for (const std::string& file : files) {
     pid_t r = fork();
     if (r == 0) {
       execl(recover.c_str(), "memtrace-recover", file.c_str(), static_cast<char*>(nullptr));
@@ -98,8 +101,8 @@ std::vector<std::string> files_of(const std::string& dir, pid_t pid, time_t sinc
 }  // namespace
 
 void start_run_watcher(const std::string& prefix) {
-  const std::string dir = state::configured_state_dir();
-  if (dir.empty()) return;  // MEMTRACE_STATE_DIR=off: nothing to recover from
+  const std::vector<std::string> dirs = state::configured_state_dirs();
+  if (dirs.empty()) return;  // MEMTRACE_STATE_DIR=off: nothing to recover from
   const std::string recover = recover_program(prefix);
   if (access(recover.c_str(), X_OK) != 0) return;
   const pid_t program = getpid();
@@ -107,7 +110,7 @@ void start_run_watcher(const std::string& prefix) {
   pid_t mid = fork();
   if (mid < 0) return;  // no watcher: the file can still be recovered by hand
   if (mid == 0) {
-    if (fork() == 0) watch(program, recover, dir);
+    if (fork() == 0) watch(program, recover, dirs);
     _exit(0);
   }
   int st = 0;

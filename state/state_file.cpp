@@ -26,18 +26,6 @@ void copy_text(char* dst, size_t cap, const std::string& s) {
   dst[n] = '\0';
 }
 
-std::string read_boot_id() {
-  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  char buf[64];
-  ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
-  if (n <= 0) return {};
-  std::string s(buf, static_cast<size_t>(n));
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 // The folder must be a real directory (no symbolic link) we can write. The default one is ours:
 // created 0700 when missing, refused when it is someone else's or others may enter it.
 bool check_dir(const std::string& dir, bool is_default, std::string* why) {
@@ -72,6 +60,18 @@ bool check_dir(const std::string& dir, bool is_default, std::string* why) {
 
 }  // namespace
 
+std::string current_boot_id() {
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[64];
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  if (n <= 0) return {};
+  std::string s(buf, static_cast<size_t>(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 uint64_t plan_layout(uint64_t ring_entries, Header* h) {
   uint64_t at = kPage;
   auto place = [&at](Section* s, uint64_t count, uint64_t elem) {
@@ -89,8 +89,19 @@ uint64_t plan_layout(uint64_t ring_entries, Header* h) {
 }
 
 bool StateFile::create(const CreateOptions& o, std::string* why) {
-  const std::string dir = o.dir.empty() ? default_state_dir() : o.dir;
-  if (!check_dir(dir, o.dir_is_default || o.dir.empty(), why)) return false;
+  if (!o.dir.empty()) return create_in(o.dir, o.dir_is_default, o, why);
+  // The default folders in turn: a memory file system first, the next when one cannot hold it.
+  std::string first_why;
+  for (const std::string& dir : default_state_dirs()) {
+    if (create_in(dir, true, o, why)) return true;
+    if (first_why.empty()) first_why = *why;
+  }
+  *why = first_why;
+  return false;
+}
+
+bool StateFile::create_in(const std::string& dir, bool is_default, const CreateOptions& o, std::string* why) {
+  if (!check_dir(dir, is_default, why)) return false;
   const pid_t pid = getpid();
   int fd = -1;
   std::string path;
@@ -140,7 +151,7 @@ bool StateFile::create(const CreateOptions& o, std::string* why) {
   h->state = kRunning;
   h->start_ticks = now_ticks();
   h->start_us = now_us();
-  copy_text(h->boot_id, sizeof h->boot_id, read_boot_id());
+  copy_text(h->boot_id, sizeof h->boot_id, current_boot_id());
   copy_text(h->program, sizeof h->program, o.program);
   copy_text(h->host, sizeof h->host, o.host);
   copy_text(h->rank, sizeof h->rank, o.rank);

@@ -19,7 +19,7 @@
 namespace memtrace::state {
 
 struct CreateOptions {
-  std::string dir;          // "" = default_state_dir()
+  std::string dir;          // "" = the first of default_state_dirs() that can hold the file
   bool dir_is_default = true;  // the default folder is created 0700 and must be ours and private
   uint64_t ring_entries = 0;
   std::string program, host, rank;
@@ -55,6 +55,7 @@ class StateFile {
   void forget();
 
  private:
+  bool create_in(const std::string& dir, bool is_default, const CreateOptions& o, std::string* why);
   Header* header_ = nullptr;
   uint64_t bytes_ = 0;
   std::string path_;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/state_memory.hpp"
 
@@ -69,6 +70,9 @@ struct Header {
 };
 static_assert(sizeof(Header) <= kPage);
 inline constexpr uint32_t kRunning = 1;
+
+// /proc/sys/kernel/random/boot_id, "" when unreadable: the tick counter is only this boot's.
+std::string current_boot_id();
 
 // Sizes of a file for a ring of `ring_entries`; fills the sections of *h.
 uint64_t plan_layout(uint64_t ring_entries, Header* h);

@@ -5,21 +5,30 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 namespace memtrace::state {
 
-// MEMTRACE_STATE_DIR's default: $XDG_RUNTIME_DIR/memtrace when that is set, else /tmp/memtrace-UID.
-inline std::string default_state_dir() {
+// MEMTRACE_STATE_DIR's default folders, tried in this order: $XDG_RUNTIME_DIR/memtrace when that is
+// set, /dev/shm/memtrace-UID, /tmp/memtrace-UID. The first two are memory file systems, where a
+// shared mapping costs no disk writeback; the next is taken when one cannot hold the file (a
+// container's small /dev/shm).
+inline std::vector<std::string> default_state_dirs() {
+  std::vector<std::string> out;
   const char* xdg = getenv("XDG_RUNTIME_DIR");
-  if (xdg && xdg[0] == '/') return std::string(xdg) + "/memtrace";
-  return "/tmp/memtrace-" + std::to_string(getuid());
+  if (xdg && xdg[0] == '/') out.push_back(std::string(xdg) + "/memtrace");
+  const std::string uid = std::to_string(getuid());
+  out.push_back("/dev/shm/memtrace-" + uid);
+  out.push_back("/tmp/memtrace-" + uid);
+  return out;
 }
 
-// The folder MEMTRACE_STATE_DIR names ("" when it is "off").
-inline std::string configured_state_dir() {
+// The folders a state file of this environment may be in (none when MEMTRACE_STATE_DIR is "off").
+inline std::vector<std::string> configured_state_dirs() {
   const char* v = getenv("MEMTRACE_STATE_DIR");
   if (v && std::string(v) == "off") return {};
-  return v && *v ? std::string(v) : default_state_dir();
+  if (v && *v) return {std::string(v)};
+  return default_state_dirs();
 }
 
 // The file a process of this pid writes first; "memtrace-PID-N.state" when that name is taken.

@@ -37,17 +37,6 @@ bool section_fits(const Section& s, uint64_t elem, uint64_t file_bytes) {
   return true;
 }
 
-std::string read_boot_id() {
-  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  char buf[64];
-  ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
-  std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 // The live slots: a copy is kept only when its sequence number was even and unchanged around it;
 // an odd one was being written when the process stopped, in a call that had not returned.
 void read_live(const char* base, const Header& h, std::vector<AllocRecord>* out) {
@@ -246,7 +235,7 @@ bool read_state_file(const std::string& path, Recovered* out, std::string* why) 
   TickClock clock;
   clock.start_at(h.start_ticks, h.start_us);
   const std::string boot = text_of(h.boot_id, sizeof h.boot_id);
-  r.same_boot = !boot.empty() && boot == read_boot_id();
+  r.same_boot = !boot.empty() && boot == current_boot_id();
   if (r.same_boot) clock.calibrate();
   uint64_t last = h.start_us;
   for (TraceEntry& e : r.state.trace) last = std::max(last, e.time_us = clock.to_us(e.time_us));

@@ -437,9 +437,9 @@ class Context:
         if preload:
             e["LD_PRELOAD"] = self.preload if preload is True else preload
             e["MEMTRACE_OUTPUT"] = output or os.path.join(outdir, "snapshot-%p.pickle")
-            # Each run's state file (docs/state-file.md) in its own folder: a run that dies leaves
-            # its file there, not in the user's runtime folder.
-            e["MEMTRACE_STATE_DIR"] = os.path.join(outdir, "state")
+            # Each run's state file (docs/state-file.md) in its own folder beside the run's: a run
+            # that dies leaves its file there, not in the user's runtime folder.
+            e["MEMTRACE_STATE_DIR"] = outdir + "-state"
         # Sanitizer builds (scripts/test-sanitizers.sh): the sanitizer's runtime must come first,
         # also in runs without memtrace (the simulated device is instrumented too).
         first = os.environ.get("MEMTRACE_TEST_PRELOAD_FIRST")
@@ -2924,7 +2924,7 @@ def case_caching_bad_value(ctx):
 # --------------------------------------------------------------------------------------------
 
 def state_files(outdir):
-    return sorted(glob.glob(os.path.join(outdir, "state", "memtrace-*.state")))
+    return sorted(glob.glob(os.path.join(outdir + "-state", "memtrace-*.state")))
 
 
 def recover(ctx, state_file, out, expect_rc=0):
@@ -3017,7 +3017,7 @@ def case_state_kill_threads(ctx):
     e = ctx.base_env()
     e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload, "MEMTRACE_MAX_ENTRIES": "20000",
               "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"),
-              "MEMTRACE_STATE_DIR": os.path.join(outdir, "state")})
+              "MEMTRACE_STATE_DIR": outdir + "-state"})
     p = subprocess.Popen([prog, "threads"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          errors="replace")
     lines, allocs = [], 0
@@ -3099,7 +3099,7 @@ def case_state_clean_exit(ctx):
     r = ctx.run([prog])
     expect_ok(r)
     check(not state_files(r.outdir), f"a clean exit left {state_files(r.outdir)}")
-    check(os.path.isdir(os.path.join(r.outdir, "state")), "the state folder was never made")
+    check(os.path.isdir(r.outdir + "-state"), "the state folder was never made")
     blocker = os.path.join(ctx.tmp, "not-a-folder")
     with open(blocker, "w") as f:
         f.write("x")
@@ -3112,6 +3112,20 @@ def case_state_clean_exit(ctx):
     r = ctx.run([prog], env={"MEMTRACE_STATE_DIR": "off"})
     expect_ok(r)
     check(not r.warnings(), f"MEMTRACE_STATE_DIR=off warned: {r.warnings()}")
+    # The default folder: $XDG_RUNTIME_DIR/memtrace, made 0700; another user's or an open one is
+    # refused, and the next default is taken.
+    xdg = os.path.join(ctx.tmp, "xdg")
+    os.makedirs(xdg)
+    r = ctx.run([ctx.program("state_death"), "exit"], env={"MEMTRACE_STATE_DIR": None, "XDG_RUNTIME_DIR": xdg})
+    files = glob.glob(os.path.join(xdg, "memtrace", "memtrace-*.state"))
+    check(r.rc == 5 and len(files) == 1, f"no state file in $XDG_RUNTIME_DIR/memtrace: {files}\n{r.describe()}")
+    check(stat.S_IMODE(os.stat(os.path.join(xdg, "memtrace")).st_mode) == 0o700, "the default folder is not 0700")
+    check(stat.S_IMODE(os.stat(files[0]).st_mode) == 0o600, "the state file is not 0600")
+    os.unlink(files[0])
+    os.chmod(os.path.join(xdg, "memtrace"), 0o755)
+    r = ctx.run([prog], env={"MEMTRACE_STATE_DIR": None, "XDG_RUNTIME_DIR": xdg})
+    expect_ok(r)
+    check(not glob.glob(os.path.join(xdg, "memtrace", "*")), "a folder open to others was used")
 
 
 @case
