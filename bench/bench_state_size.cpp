@@ -15,7 +15,7 @@ int main() {
   const char* dir = mkdtemp(tmpl);
   if (!dir) return 1;
   std::printf("state file size by MEMTRACE_MAX_ENTRIES (created, reserved in full)\n");
-  for (uint64_t entries : {uint64_t{0}, uint64_t{100000}, uint64_t{500000}, uint64_t{1000000}, uint64_t{10000000}}) {
+  for (uint64_t entries : {uint64_t{0}, uint64_t{100000}, uint64_t{500000}, uint64_t{1000000}, uint64_t{10000000}}) {  // all under kMaxFileBytes
     memtrace::state::StateFile f;
     memtrace::state::CreateOptions o;
     o.dir = dir;

@@ -89,6 +89,14 @@ uint64_t plan_layout(uint64_t ring_entries, Header* h) {
 }
 
 bool StateFile::create(const CreateOptions& o, std::string* why) {
+  Header plan{};
+  if (const uint64_t bytes = plan_layout(o.ring_entries, &plan); bytes > kMaxFileBytes) {
+    // The file is reserved in full: a ring of hundreds of millions of entries would take that much
+    // memory or disk at once, where the private ring is paid for only as it fills.
+    *why = fmt::format("MEMTRACE_MAX_ENTRIES={} would need {} MiB, more than the {} MiB a state file may take",
+                       o.ring_entries, bytes >> 20, kMaxFileBytes >> 20);
+    return false;
+  }
   if (!o.dir.empty()) return create_in(o.dir, o.dir_is_default, o, why);
   // The default folders in turn: a memory file system first, the next when one cannot hold it.
   std::string first_why;

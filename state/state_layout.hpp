@@ -21,6 +21,8 @@ inline constexpr uint64_t kLiveSlots = uint64_t{1} << 18;     // live allocation
 inline constexpr uint64_t kMirrorStacks = uint64_t{1} << 18;  // distinct stacks copied
 inline constexpr uint64_t kMirrorFrames = uint64_t{1} << 21;  // their return addresses, in all
 inline constexpr uint64_t kModules = 2048;                    // loaded objects, dlclosed ones included
+// The most a state file may take (MEMTRACE_MAX_ENTRIES up to about 32 million); beyond it, none.
+inline constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;
 
 // One loaded object (unwind::LoadedObject), enough to symbolize its addresses from its file.
 struct ModuleEntry {

@@ -3112,6 +3112,13 @@ def case_state_clean_exit(ctx):
     r = ctx.run([prog], env={"MEMTRACE_STATE_DIR": "off"})
     expect_ok(r)
     check(not r.warnings(), f"MEMTRACE_STATE_DIR=off warned: {r.warnings()}")
+    # A ring too large to reserve in a file: one warning, and the run as without a state file.
+    r = ctx.run([prog], env={"MEMTRACE_MAX_ENTRIES": "100000000"})
+    expect_ok(r)
+    warns = [w for w in r.warnings() if "state file" in w]
+    check(len(warns) == 1 and "2048 MiB" in warns[0], f"MEMTRACE_MAX_ENTRIES=100000000: {r.warnings()}")
+    check(not state_files(r.outdir), "a state file was made anyway")
+    r.snapshot()
     # The default folder: $XDG_RUNTIME_DIR/memtrace, made 0700; another user's or an open one is
     # refused, and the next default is taken.
     xdg = os.path.join(ctx.tmp, "xdg")
