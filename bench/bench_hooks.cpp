@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   // The three configurations take turns, several rounds, and each keeps its best round: on a
   // small shared machine this is what separates memtrace's cost from scheduling noise.
   double base = 1e30, none = 1e30, native = 1e30, native_free = 1e30;
+  // The same with the record in private memory, as before the state file (docs/state-file.md).
+  double none_private = 1e30, native_private = 1e30;
   for (int round = 0; round < 3; ++round) {
     base = std::min(base, run_config(argv[0], pairs, {"LD_PRELOAD="}));
     none = std::min(none, run_config(argv[0], pairs, with({ld, "MEMTRACE_STACKS=none"})));
@@ -94,8 +96,14 @@ int main(int argc, char** argv) {
     native_free = std::min(native_free, run_config(argv[0], pairs,
                                                    with({ld, "MEMTRACE_STACKS=native", "MEMTRACE_STACK_DEPTH=32",
                                                          "MEMTRACE_FREE_STACKS=1"})));
+    none_private = std::min(none_private,
+                            run_config(argv[0], pairs, with({ld, "MEMTRACE_STACKS=none", "MEMTRACE_STATE_DIR=off"})));
+    native_private = std::min(native_private, run_config(argv[0], pairs,
+                                                         with({ld, "MEMTRACE_STACKS=native", "MEMTRACE_STACK_DEPTH=32",
+                                                               "MEMTRACE_STATE_DIR=off"})));
   }
-  if (base >= 1e30 || none >= 1e30 || native >= 1e30 || native_free >= 1e30) {
+  if (base >= 1e30 || none >= 1e30 || native >= 1e30 || native_free >= 1e30 || none_private >= 1e30 ||
+      native_private >= 1e30) {
     std::fprintf(stderr, "bench_hooks: a configuration failed (base %.1f none %.1f native %.1f)\n", base, none,
                  native);
     return 1;
@@ -108,5 +116,10 @@ int main(int argc, char** argv) {
               (native - base) / 2);
   std::printf("  %-34s %8.1f ns/pair  (+%.1f ns/event)\n", "  ... and MEMTRACE_FREE_STACKS=1", native_free,
               (native_free - base) / 2);
+  std::printf("record in private memory (MEMTRACE_STATE_DIR=off) against the state file above:\n");
+  std::printf("  %-34s %8.1f ns/pair  (state file %+.1f%%)\n", "memtrace, MEMTRACE_STACKS=none", none_private,
+              100.0 * (none - none_private) / none_private);
+  std::printf("  %-34s %8.1f ns/pair  (state file %+.1f%%)\n", "memtrace, native stacks depth 32", native_private,
+              100.0 * (native - native_private) / native_private);
   return 0;
 }

@@ -27,7 +27,9 @@ void print_run_usage(std::FILE* out) {
                "\n"
                "Runs PROGRAM with libmemtrace.so preloaded. When the program exits, memtrace writes a\n"
                "memory snapshot that pytorch.org/memory_viz opens and prints a summary on stderr.\n"
-               "The program's exit status is passed through. Python programs can `import memtrace`\n"
+               "The program's exit status is passed through. If it dies without writing its snapshot\n"
+               "(killed, crashed), memtrace recovers the snapshot from its state file and says where it\n"
+               "is (see memtrace recover). Python programs can `import memtrace`\n"
                "(its folder is appended to PYTHONPATH) to mark phases and take snapshots themselves.\n"
                "\n"
                "options:\n"
@@ -245,6 +247,9 @@ int cmd_run(int argc, char** argv) {
                  "memtrace run: %s is statically linked: no dynamic loader runs for it, so LD_PRELOAD cannot put "
                  "memtrace in front of it; it runs unrecorded and no snapshot is written\n",
                  file.c_str());
+  // A program that dies without its exit snapshot (killed, crashed) leaves its state file: the
+  // watcher recovers it once the program is gone (cli/run_watcher.cpp).
+  start_run_watcher(prefix);
   std::fflush(nullptr);
   ::execvp(argv[o.program_index], argv + o.program_index);
   int err = errno;

@@ -14,6 +14,7 @@ constexpr Command kCommands[] = {
     {"flamegraph", "folded stacks weighted by bytes (flamegraph.pl, speedscope, inferno)", &cmd_flamegraph},
     {"ranks", "one line per rank's snapshot in a directory, outliers highlighted", &cmd_ranks},
     {"replay", "replay a snapshot's allocations under other caching-allocator settings", &cmd_replay},
+    {"recover", "the snapshot of a killed or crashed process, from its state file", &cmd_recover},
     {"report", "one self-contained HTML page: memory over time, live sets, leaks, segments", &cmd_report},
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdio>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace memtrace::cli {
@@ -35,5 +36,11 @@ int cmd_flamegraph(int argc, char** argv);
 int cmd_ranks(int argc, char** argv);
 int cmd_replay(int argc, char** argv);
 int cmd_report(int argc, char** argv);
+int cmd_recover(int argc, char** argv);
+
+// <prefix>/bin/memtrace-recover, which `recover` and `run` start.
+std::string recover_program(const std::string& prefix);
+// Starts the process that recovers the program's state file if it dies (cli/run_watcher.cpp).
+void start_run_watcher(const std::string& prefix);
 
 }  // namespace memtrace::cli

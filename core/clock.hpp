@@ -37,6 +37,12 @@ class TickClock {
     tick0_ = now_ticks();
     us0_ = now_us();
   }
+  // The first point as another process read it (a state file's header): the counter is the
+  // machine's, so a process of the same boot can convert that process's ticks.
+  void start_at(uint64_t ticks, uint64_t us) {
+    tick0_ = ticks;
+    us0_ = us;
+  }
   // Reads the second point; conversions until the next call use it.
   void calibrate() {
     uint64_t t1 = now_ticks(), u1 = now_us();

@@ -319,6 +319,7 @@ Config parse_config(GetEnvFn getenv_fn) {
                        c.max_entries);
   }
   if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) parse_skip_actions(v, &c);
+  if (const char* v = getenv_fn("MEMTRACE_STATE_DIR")) c.state_dir = v;  // checked when the file is made
   if (const char* v = getenv_fn("MEMTRACE_RANGE_HISTORY")) {
     long long n;
     if (parse_int(v, 0, 16777216, &n))

@@ -10,8 +10,98 @@ void Recorder::configure(size_t max_entries, uint32_t skip_actions_mask, size_t 
   SpinGuard g(ring_lock_);
   clock_.start();
   ring_.reset(max_entries);
+  configured_entries_ = max_entries;
   range_log_.reset(max_range_events);
   skip_mask_ = skip_actions_mask;
+}
+
+void Recorder::attach_state(const StateMemory& mem) {
+  SpinGuard g(ring_lock_);
+  ring_.attach(mem.ring, mem.ring_capacity, mem.ring_total);
+  *mem.counters = *c_;
+  c_ = mem.counters;
+  slots_ = mem.live_slots ? mem.live : nullptr;
+  unrecorded_ = mem.live_unrecorded;
+  const uint64_t per = slots_ ? mem.live_slots / kShards : 0;
+  for (int i = 0; i < kShards; ++i) {
+    Shard& s = shards_[i];
+    s.slot_begin = s.slot_fresh = static_cast<uint32_t>(1 + per * i);
+    s.slot_end = static_cast<uint32_t>(1 + per * (i + 1));
+    s.slot_free = 0;
+  }
+}
+
+void Recorder::detach_state() {
+  SpinGuard g(ring_lock_);
+  ring_.reset(configured_entries_);
+  own_counters_ = UsageCounters{};
+  c_ = &own_counters_;
+  slots_ = nullptr;
+  unrecorded_ = nullptr;
+  for (Shard& s : shards_) s.slot_begin = s.slot_end = s.slot_fresh = s.slot_free = 0;
+}
+
+// A slot is written inside an odd sequence number, so a reader in another process can tell a
+// copy taken while it changed (docs/state-file.md, "Live slots").
+namespace {
+void write_slot(LiveSlot& slot, const AllocRecord* r) {
+  const uint32_t q = slot.seq.load(std::memory_order_relaxed);
+  slot.seq.store(q + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  if (r) slot.rec = *r;
+  slot.live = r ? 1 : 0;
+  slot.seq.store(q + 2, std::memory_order_release);
+}
+}  // namespace
+
+void Recorder::slot_put(Shard& s, AllocRecord* r) {
+  r->slot = 0;
+  if (!slots_) return;
+  uint32_t id = 0;
+  if (s.slot_free) {
+    id = s.slot_free;
+    s.slot_free = slots_[id - 1].next_free;
+  } else if (s.slot_fresh < s.slot_end) {
+    id = s.slot_fresh++;
+  } else {
+    unrecorded_->fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  r->slot = id;
+  write_slot(slots_[id - 1], r);
+}
+
+void Recorder::slot_update(const AllocRecord& r) {
+  if (slots_ && r.slot) write_slot(slots_[r.slot - 1], &r);
+}
+
+void Recorder::slot_drop(Shard& s, uint32_t id) {
+  if (!slots_) return;
+  if (id == 0) {
+    // A record that found no slot is gone: one fewer missing from the file.
+    if (unrecorded_->load(std::memory_order_relaxed) > 0) unrecorded_->fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
+  write_slot(slots_[id - 1], nullptr);
+  slots_[id - 1].next_free = s.slot_free;
+  s.slot_free = id;
+}
+
+bool Recorder::live_put(Shard& s, uint64_t key, AllocRecord r, AllocRecord* stale) {
+  slot_put(s, &r);
+  AllocRecord old;
+  const bool had = s.live.exchange(key, r, &old);
+  if (had) slot_drop(s, old.slot);
+  if (had && stale) *stale = old;
+  return had;
+}
+
+bool Recorder::live_take(Shard& s, uint64_t key, AllocRecord* out) {
+  AllocRecord gone;
+  if (!s.live.take(key, &gone)) return false;
+  slot_drop(s, gone.slot);
+  if (out) *out = gone;
+  return true;
 }
 
 void Recorder::push(const TraceEntry& e) {
@@ -36,28 +126,28 @@ void add_usage(UsageStats* u, int64_t delta) {
 
 void Recorder::account_device(int device, int64_t reserved, int64_t allocated) {
   if (reserved != 0) {
-    add_usage(&device_[device], reserved);
-    add_usage(&reserved_all_, reserved);
+    add_usage(&c_->reserved[device], reserved);
+    add_usage(&c_->reserved_all, reserved);
   }
   if (allocated != 0) {
-    add_usage(&allocated_[device], allocated);
-    add_usage(&allocated_all_, allocated);
+    add_usage(&c_->allocated[device], allocated);
+    add_usage(&c_->allocated_all, allocated);
   }
 }
 
 void Recorder::account_bytes(bool host, int device, uint16_t owner, int64_t delta) {
   if (host) {
-    add_usage(&host_, delta);
+    add_usage(&c_->host, delta);
     return;
   }
   if (device < 0 || device >= kMaxDevices) return;
-  if (device + 1 > device_count_) device_count_ = device + 1;
+  if (device + 1 > c_->device_count) c_->device_count = device + 1;
   account_device(device, delta, delta);
-  if (owner < kMaxOwners) add_usage(&owner_device_[owner], delta);
+  if (owner < kMaxOwners) add_usage(&c_->owner_device[owner], delta);
 }
 
 void Recorder::note_device(int device) {
-  if (device >= 0 && device < kMaxDevices && device + 1 > device_count_) device_count_ = device + 1;
+  if (device >= 0 && device < kMaxDevices && device + 1 > c_->device_count) c_->device_count = device + 1;
 }
 
 void Recorder::account(const AllocRecord& r, int64_t sign) {
@@ -75,7 +165,7 @@ void Recorder::account(const AllocRecord& r, int64_t sign) {
       account_device(r.device, delta, 0);
     } else {
       account_device(r.device, 0, delta);
-      if (r.owner < kMaxOwners) add_usage(&owner_device_[r.owner], delta);
+      if (r.owner < kMaxOwners) add_usage(&c_->owner_device[r.owner], delta);
     }
     return;
   }
@@ -126,13 +216,13 @@ void Recorder::record_alloc(const AllocRecord& r) {
   Shard& s = shard_of(r.addr);
   SpinGuard g(s.lock);
   AllocRecord stale;
-  bool had_stale = s.live.exchange(r.addr, r, &stale);
+  bool had_stale = live_put(s, r.addr, r, &stale);
   SpinGuard rg(ring_lock_);
   if (had_stale) {
     // The driver reused an address memtrace thought was live (a free it never saw):
     // close the old one first so the viewer never sees two blocks at one address.
     emit_free(stale, stale.stream, 0, r.time_us);
-    ++stale_replaced_;
+    ++c_->stale_replaced;
     account(stale, -1);
   }
   emit_alloc(r);
@@ -145,7 +235,7 @@ bool Recorder::release(uint64_t addr, uint64_t stream, uint32_t free_stack_id, A
   SpinGuard g(s.lock);
   AllocRecord* cur = s.live.find(addr);
   if (!cur || (only_kind && cur->kind != *only_kind)) return false;
-  s.live.take(addr, out);
+  live_take(s, addr, out);
   SpinGuard rg(ring_lock_);
   emit_free(*out, stream ? stream : out->stream, free_stack_id, now_ticks());
   account(*out, -1);
@@ -244,7 +334,7 @@ void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
           if (r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && seg == (pass == 1) && n < 64) victims[n++] = r;
         });
         if (n == 0) break;
-        for (int i = 0; i < n; ++i) s.live.take(key_of(victims[i]), nullptr);
+        for (int i = 0; i < n; ++i) live_take(s, key_of(victims[i]), nullptr);
         SpinGuard rg(ring_lock_);
         for (int i = 0; i < n; ++i) {
           if (victims[i].kind == MemKind::Cached)
@@ -286,11 +376,11 @@ void Recorder::cached_block_alloc(const AllocRecord& r) {
   Shard& s = shard_of(r.addr);
   SpinGuard g(s.lock);
   AllocRecord stale;
-  bool had_stale = s.live.exchange(r.addr, r, &stale);
+  bool had_stale = live_put(s, r.addr, r, &stale);
   SpinGuard rg(ring_lock_);
   if (had_stale) {
     // Only a bug in the allocator's reports could get here; keep the viewer's alternation.
-    ++stale_replaced_;
+    ++c_->stale_replaced;
     account(stale, -1);
   }
   TraceEntry e;
@@ -316,6 +406,7 @@ bool Recorder::cached_block_free_requested(uint64_t addr, uint32_t free_stack_id
   if (!cur || cur->cache != CacheRole::Block || (cur->cache_flags & kCachePendingFree)) return false;
   cur->cache_flags |= kCachePendingFree;
   if (free_stack_id) cur->stack_id = free_stack_id;  // the free's entries carry the free's stack
+  slot_update(*cur);
   return true;
 }
 
@@ -325,7 +416,7 @@ bool Recorder::cached_block_free_completed(uint64_t addr) {
   AllocRecord* cur = s.live.find(addr);
   if (!cur || cur->cache != CacheRole::Block) return false;
   AllocRecord r;
-  s.live.take(addr, &r);
+  live_take(s, addr, &r);
   TraceEntry e;
   e.time_us = now_ticks();
   e.addr = addr;
@@ -356,14 +447,14 @@ void Recorder::cached_segments_change(const TraceEntry& entry, const uint64_t* r
   for (size_t i = 0; i < n_removed; ++i) {
     AllocRecord gone;
     const uint64_t key = segment_key(removed[i]);
-    if (shard_of(key).live.take(key, &gone)) {
+    if (live_take(shard_of(key), key, &gone)) {
       delta -= static_cast<int64_t>(gone.size);
       if (!have_like) like = gone, have_like = true;
     }
   }
   for (size_t i = 0; i < n_added; ++i) {
     const uint64_t key = segment_key(added[i].addr);
-    shard_of(key).live.put(key, added[i]);
+    live_put(shard_of(key), key, added[i], nullptr);
     delta += static_cast<int64_t>(added[i].size);
     if (!have_like) like = added[i], have_like = true;
   }
@@ -411,11 +502,11 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   const uint64_t cut = ring_.total();
   const uint64_t cap = ring_.capacity();
   if (ring_under_locks) ring_.copy_range(cut > cap ? cut - cap : 0, cut, &c.trace);
-  for (int i = 0; i < kMaxDevices; ++i) c.device[i] = device_[i];
-  for (int i = 0; i < kMaxOwners; ++i) c.owner_device[i] = owner_device_[i];
-  c.device_count = device_count_;
-  c.host = host_;
-  c.stale_replaced = stale_replaced_;
+  for (int i = 0; i < kMaxDevices; ++i) c.device[i] = c_->reserved[i];
+  for (int i = 0; i < kMaxOwners; ++i) c.owner_device[i] = c_->owner_device[i];
+  c.device_count = c_->device_count;
+  c.host = c_->host;
+  c.stale_replaced = c_->stale_replaced;
   ring_lock_.unlock();
   handle_lock_.unlock();
   for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
@@ -458,28 +549,32 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   c.ring_capacity = cap;
   c.ring_bytes = ring_.reserved_bytes();
   c.unknown_frees = unknown_frees_.load(std::memory_order_relaxed);
-  std::sort(c.live.begin(), c.live.end(), [](const AllocRecord& a, const AllocRecord& b) {
+  order_live(&c);
+  return c;
+}
+
+void order_live(StateCopy* c) {
+  std::sort(c->live.begin(), c->live.end(), [](const AllocRecord& a, const AllocRecord& b) {
     bool ha = is_host(a.kind), hb = is_host(b.kind);
     if (ha != hb) return hb;
     if (a.device != b.device) return a.device < b.device;
     return a.addr < b.addr;
   });
-  for (const AllocRecord& r : c.live)
-    if (!is_host(r.kind) && r.device + 1 > c.device_count) c.device_count = r.device + 1;
-  return c;
+  for (const AllocRecord& r : c->live)
+    if (!is_host(r.kind) && r.device + 1 > c->device_count) c->device_count = r.device + 1;
 }
 
 void Recorder::usage(UsageTotals* out) {
   SpinGuard g(ring_lock_);
   for (int i = 0; i < kMaxDevices; ++i) {
-    out->reserved[i] = device_[i];
-    out->allocated[i] = allocated_[i];
+    out->reserved[i] = c_->reserved[i];
+    out->allocated[i] = c_->allocated[i];
   }
-  out->reserved_all = reserved_all_;
-  out->allocated_all = allocated_all_;
-  out->host = host_;
-  for (int i = 0; i < kMaxOwners; ++i) out->owner_device[i] = owner_device_[i];
-  out->device_count = device_count_;
+  out->reserved_all = c_->reserved_all;
+  out->allocated_all = c_->allocated_all;
+  out->host = c_->host;
+  for (int i = 0; i < kMaxOwners; ++i) out->owner_device[i] = c_->owner_device[i];
+  out->device_count = c_->device_count;
 }
 
 void Recorder::reset_after_fork() {
@@ -490,17 +585,9 @@ void Recorder::reset_after_fork() {
   handle_lock_.reset();
   handles_.clear();
   ring_lock_.reset();
-  ring_.clear();
   range_log_.clear();
-  for (auto& d : device_) d = UsageStats{};
-  for (auto& d : allocated_) d = UsageStats{};
-  reserved_all_ = allocated_all_ = UsageStats{};
-  for (auto& o : owner_device_) o = UsageStats{};
-  host_ = UsageStats{};
-  device_count_ = 0;
+  detach_state();  // the parent's state file is the parent's; clears ring and counters
   unknown_frees_.store(0);
-  stale_replaced_ = 0;
 }
-
 
 }  // namespace memtrace

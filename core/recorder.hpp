@@ -10,9 +10,13 @@
 #include "core/range_log.hpp"
 #include "core/records.hpp"
 #include "core/spinlock.hpp"
+#include "core/state_memory.hpp"
 #include "core/trace_ring.hpp"
 
 namespace memtrace {
+
+// Sorts StateCopy::live as the struct says and raises device_count to cover every live device.
+void order_live(StateCopy* c);
 
 class Recorder {
  public:
@@ -22,6 +26,12 @@ class Recorder {
 
   // Sizes the ring and the range log and sets which actions are skipped. Clears history.
   void configure(size_t max_entries, uint32_t skip_actions_mask, size_t max_range_events = 0);
+  // Moves the ring, the usage counters and a copy of every live record into memory handed in
+  // (the state file, docs/state-file.md). Call after configure() and before the first event.
+  // The mapping's ring replaces the configured one (mem.ring_capacity entries).
+  void attach_state(const StateMemory& mem);
+  // Back to private memory, starting empty (a forked child must not write its parent's file).
+  void detach_state();
 
   // Times handed in (AllocRecord::time_us, HandleRecord::time_us) are now_ticks() readings;
   // copy_state() hands them out as Unix microseconds.
@@ -99,7 +109,17 @@ class Recorder {
   struct Shard {
     SpinLock lock;
     AddrMap<AllocRecord> live;
+    // This shard's part of the state file's live slots [slot_begin, slot_end), 1-based ids; under
+    // the shard lock. Fresh slots are taken in order, freed ones are reused first.
+    uint32_t slot_begin = 0, slot_end = 0, slot_fresh = 0, slot_free = 0;
   };
+  // The record goes into a slot of its shard's (r->slot set), or is counted as unrecorded.
+  void slot_put(Shard& s, AllocRecord* r);
+  void slot_update(const AllocRecord& r);  // the record changed in place
+  void slot_drop(Shard& s, uint32_t slot);
+  // Copies r into the registry (key) with its slot: the whole of an insertion. Caller holds s.lock.
+  bool live_put(Shard& s, uint64_t key, AllocRecord r, AllocRecord* stale);
+  bool live_take(Shard& s, uint64_t key, AllocRecord* out);
   // A caching segment and its first block start at the same address: segments are filed under
   // the address plus one (device addresses are at least 512-byte aligned, so no key collides).
   static uint64_t segment_key(uint64_t addr) { return addr | 1; }
@@ -125,18 +145,16 @@ class Recorder {
   TraceRing ring_;
   RangeLog range_log_;
   uint32_t skip_mask_ = 0;
+  size_t configured_entries_ = 0;  // the private ring's size, for detach_state
   TickClock clock_;  // set by configure
 
-  // Guarded by ring_lock_:
-  UsageStats device_[kMaxDevices];  // reserved
-  UsageStats allocated_[kMaxDevices];
-  UsageStats reserved_all_;
-  UsageStats allocated_all_;
-  UsageStats host_;
-  UsageStats owner_device_[kMaxOwners];
-  int device_count_ = 0;
+  // Guarded by ring_lock_; in the state file when one is attached.
+  UsageCounters own_counters_;
+  UsageCounters* c_ = &own_counters_;
   std::atomic<uint64_t> unknown_frees_{0};
-  uint64_t stale_replaced_ = 0;
+  // The state file's live slots (null: none).
+  LiveSlot* slots_ = nullptr;
+  std::atomic<uint64_t>* unrecorded_ = nullptr;
 };
 
 }  // namespace memtrace

@@ -45,6 +45,7 @@ struct AllocRecord {
   MemKind kind = MemKind::Device;
   CacheRole cache = CacheRole::None;  // kind Cached only
   uint8_t cache_flags = 0;            // kCache* bits
+  uint32_t slot = 0;  // 1 + its LiveSlot in the state file (core/state_memory.hpp); 0: none
 };
 
 // VMM physical memory (cuMemCreate): alive until the creation reference, every mapping

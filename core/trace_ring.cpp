@@ -9,14 +9,25 @@
 namespace memtrace {
 
 TraceRing::~TraceRing() {
-  if (entries_) munmap(entries_, reserved_bytes());
+  if (entries_ && owned_) munmap(entries_, reserved_bytes());
+}
+
+void TraceRing::attach(TraceEntry* mem, size_t capacity, std::atomic<uint64_t>* total) {
+  if (entries_ && owned_) munmap(entries_, reserved_bytes());
+  entries_ = mem;
+  capacity_ = mem ? capacity : 0;
+  owned_ = false;
+  total_ = total;
+  total_->store(0);
 }
 
 bool TraceRing::reset(size_t capacity) {
-  if (entries_) munmap(entries_, reserved_bytes());
+  if (entries_ && owned_) munmap(entries_, reserved_bytes());
   entries_ = nullptr;
   capacity_ = 0;
-  total_.store(0);
+  owned_ = true;
+  total_ = &own_total_;
+  total_->store(0);
   if (capacity == 0) return true;
   void* p = mmap(nullptr, capacity * sizeof(TraceEntry), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -1,6 +1,7 @@
 // Bounded history: the newest `capacity` trace entries, oldest overwritten first.
 // Storage is one anonymous mapping reserved up front, so the bound is known at start
-// and pages cost RAM only once the program has produced that many events.
+// and pages cost RAM only once the program has produced that many events; or memory handed in
+// (the state file's shared mapping, attach()), whose sequence number then lives there too.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -21,12 +22,15 @@ class TraceRing {
   // Sets the capacity (entries). Drops any history. Returns false if the mapping failed
   // (the ring then records nothing, and says so through capacity() == 0).
   bool reset(size_t capacity);
+  // Uses `capacity` entries at `mem` and the sequence number at `total` (both owned by the
+  // caller, who keeps them mapped), starting empty. The reader's rule is in docs/state-file.md.
+  void attach(TraceEntry* mem, size_t capacity, std::atomic<uint64_t>* total);
   // Pushes are serialised by the caller (the recorder's ring lock).
   void push(const TraceEntry& e) {
     if (capacity_ == 0) return;
-    uint64_t t = total_.load(std::memory_order_relaxed);
+    uint64_t t = total_->load(std::memory_order_relaxed);
     entries_[t % capacity_] = e;
-    total_.store(t + 1, std::memory_order_release);
+    total_->store(t + 1, std::memory_order_release);
   }
   // Appends the kept entries, oldest first.
   void copy_to(std::vector<TraceEntry>* out) const;
@@ -34,10 +38,10 @@ class TraceRing {
   // run meanwhile and overwrite the oldest of them. The caller learns which ones survived
   // from total() read afterwards (see Recorder::copy_state).
   void copy_range(uint64_t from, uint64_t to, std::vector<TraceEntry>* out) const;
-  void clear() { total_.store(0, std::memory_order_relaxed); }
+  void clear() { total_->store(0, std::memory_order_relaxed); }
 
   size_t capacity() const { return capacity_; }
-  uint64_t total() const { return total_.load(std::memory_order_acquire); }
+  uint64_t total() const { return total_->load(std::memory_order_acquire); }
   uint64_t dropped() const {
     uint64_t t = total();
     return t > capacity_ ? t - capacity_ : 0;
@@ -47,7 +51,9 @@ class TraceRing {
  private:
   TraceEntry* entries_ = nullptr;
   size_t capacity_ = 0;
-  std::atomic<uint64_t> total_{0};
+  bool owned_ = true;  // entries_ is this ring's own mapping
+  std::atomic<uint64_t> own_total_{0};
+  std::atomic<uint64_t>* total_ = &own_total_;
 };
 
 }  // namespace memtrace

@@ -28,6 +28,7 @@ enum class DumpKind : uint8_t {
   Interval,  // MEMTRACE_INTERVAL
   Oom,       // the driver or the caching allocator said out of memory (MEMTRACE_DUMP_ON_OOM)
   Api,       // the program asked (memtrace_dump, the Python module's dump())
+  Recover,   // made after the process ended, from its state file (memtrace recover)
 };
 constexpr const char* dump_kind_name(DumpKind k) {
   switch (k) {
@@ -36,6 +37,7 @@ constexpr const char* dump_kind_name(DumpKind k) {
     case DumpKind::Interval: return "interval";
     case DumpKind::Oom: return "oom";
     case DumpKind::Api: return "api";
+    case DumpKind::Recover: return "recover";
   }
   return "unknown";
 }

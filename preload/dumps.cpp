@@ -17,6 +17,7 @@
 #include "preload/immortal.hpp"
 #include "preload/report_after_dump.hpp"
 #include "preload/session.hpp"
+#include "preload/state_session.hpp"
 #include "unwind/python_frames.hpp"
 
 namespace memtrace::preload {
@@ -114,6 +115,7 @@ bool take_dump(Session& s, DumpKind kind, std::string_view explicit_path, output
     output::DumpRequest req = request_for(s, kind);
     if (!explicit_path.empty()) req.path_template = literal_template(explicit_path);
     *rep = output::dump_snapshot(state, s.stacks, req);
+    if (at_exit) end_state_file(rep->written || req.path_template.empty());
     if (!at_exit && rep->written && s.config.summary)
       log::cold().info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep->path,
                        rep->bytes, rep->seconds);

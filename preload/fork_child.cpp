@@ -4,11 +4,13 @@
 #include "preload/dump_triggers.hpp"
 #include "preload/dumps.hpp"
 #include "preload/ranges.hpp"
+#include "preload/state_session.hpp"
 #include "unwind/readable_memory.hpp"
 
 namespace memtrace::preload {
 
 void reset_in_forked_child(Session& s) {
+  state_file_after_fork();
   s.recorder.reset_after_fork();
   s.stacks.clear();
   s.owners.clear();

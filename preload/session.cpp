@@ -17,6 +17,7 @@
 #include "preload/exit_dump.hpp"
 #include "preload/fork_child.hpp"
 #include "preload/immortal.hpp"
+#include "preload/state_session.hpp"
 #include "unwind/own_code.hpp"
 #include "unwind/python_frames.hpp"
 
@@ -78,10 +79,12 @@ bool initialise() {
   unwind::set_python_read_mode(cfg.python == PythonMode::Off   ? unwind::PythonReadMode::Off
                                : cfg.python == PythonMode::Gil ? unwind::PythonReadMode::GilOnly
                                                                : unwind::PythonReadMode::Auto);
+  start_state_file(*s);
   g_session = s;
   pthread_atfork(nullptr, nullptr, &in_forked_child);
   watch_for_exit();
   start_dump_triggers(cfg);
+  watch_fatal_signals();
   log::cold().debug("recording: stacks={} depth={} max_entries={} output={}",
                     cfg.stacks == StackMode::Native ? "native" : "none", cfg.stack_depth, cfg.max_entries,
                     cfg.output);

@@ -128,6 +128,7 @@ void StackTable::release() {
 void StackTable::clear() {
   // Forked child: one thread, and whoever held the lock in the parent is gone.
   insert_lock_.reset();
+  mirror_ = nullptr;  // the parent's state file is not the child's
   release();
   init();
 }
@@ -235,10 +236,31 @@ uint32_t StackTable::intern_up_to(const uintptr_t* pcs, uint32_t n, bool into_re
     return 0;
   }
   if (frames_ == nullptr || records_ == nullptr) return 0;
-  SpinGuard guard(insert_lock_);
-  uint32_t id = find(slots_.load(std::memory_order_relaxed), hash, pcs, n);
-  if (id == 0) id = insert_locked(hash, pcs, n, into_reserve);
+  bool added = false;
+  uint32_t id;
+  {
+    SpinGuard guard(insert_lock_);
+    id = find(slots_.load(std::memory_order_relaxed), hash, pcs, n);
+    if (id == 0 && (id = insert_locked(hash, pcs, n, into_reserve)) != 0) {
+      added = true;
+      if (mirror_) mirror_locked(id, pcs, n);
+    }
+  }
+  if (added && mirror_ && mirror_->on_new_stack) mirror_->on_new_stack();
   return id;
+}
+
+void StackTable::mirror_locked(uint32_t id, const uintptr_t* pcs, uint32_t n) {
+  StackMirror& m = *mirror_;
+  if (id > m.max_stacks) return;  // ids stay in order: the mirror ends here
+  uint64_t rec = 0;
+  if (n < 0x1000 && m.frames_used + n <= m.max_frames) {
+    std::memcpy(m.frames + m.frames_used, pcs, size_t{n} * sizeof(uintptr_t));
+    rec = (m.frames_used << 12) | n;
+    m.frames_used += n;
+  }
+  m.records[id - 1] = rec;
+  m.published->store(id, std::memory_order_release);
 }
 
 std::span<const uintptr_t> StackTable::get(uint32_t id) const {

@@ -11,6 +11,19 @@
 
 namespace memtrace::unwind {
 
+// A copy of every new stack in memory someone else provides (the state file, docs/state-file.md):
+// stack id i's addresses are frames[records[i-1] >> 12 ...], (records[i-1] & 0xfff) of them, 0 when
+// they did not fit; `published` is the count of ids written, stored after their records.
+struct StackMirror {
+  uint64_t* records = nullptr;
+  uint64_t max_stacks = 0;
+  uintptr_t* frames = nullptr;
+  uint64_t max_frames = 0;
+  std::atomic<uint64_t>* published = nullptr;
+  uint64_t frames_used = 0;       // the writer's (under the table's insert lock)
+  void (*on_new_stack)() = nullptr;  // called after each new stack, outside the table's lock
+};
+
 class StackTable {
  public:
   StackTable();
@@ -33,7 +46,10 @@ class StackTable {
   std::span<const uintptr_t> get(uint32_t id) const;
   size_t size() const;          // distinct stacks
   size_t memory_bytes() const;  // bytes held by the table
-  void clear();                 // forked child: start empty
+  void clear();                 // forked child: start empty (and without a mirror)
+  // Copies each stack interned from now on into *m (which must outlive the table's use of it);
+  // null stops that. Call before the first intern.
+  void set_mirror(StackMirror* m) { mirror_ = m; }
 
   // Bounds: intern() returns 0 once either is reached. Storage is reserved address space
   // (PROT_NONE, MAP_NORESERVE) committed in chunks as stacks arrive.
@@ -64,7 +80,9 @@ class StackTable {
   std::atomic<size_t> index_bytes_{0};
   std::atomic<size_t> frames_committed_{0};   // bytes of frames_ made writable
   std::atomic<size_t> records_committed_{0};  // bytes of records_ made writable
+  void mirror_locked(uint32_t id, const uintptr_t* pcs, uint32_t n);
   SpinLock insert_lock_;  // taken by inserts only; lookups take none
+  StackMirror* mirror_ = nullptr;
 };
 
 }  // namespace memtrace::unwind

@@ -170,6 +170,12 @@ int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf
 }  // namespace detail
 
 Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
+Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) : impl_(std::make_unique<Impl>()) {
+  if (impl_->dwfl == nullptr) return;
+  impl_->offline = true;
+  impl_->unloaded = objects;
+  impl_->report();
+}
 Symbolizer::~Symbolizer() = default;
 
 std::span<const SymFrame> Symbolizer::frames(uintptr_t return_address) {

@@ -36,6 +36,9 @@ class Symbolizer {
  public:
   // Takes the current process's module map (path, load address, build id).
   Symbolizer();
+  // Another process's objects only (a dead process's, from its state file), read from their files
+  // at the addresses it had them; nothing of the calling process.
+  explicit Symbolizer(const std::vector<LoadedObject>& objects);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;

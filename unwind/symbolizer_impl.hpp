@@ -193,6 +193,7 @@ struct Symbolizer::Impl {
   std::mutex symbols_mutex;
   uint64_t generation = 0;
   std::vector<LoadedObject> unloaded;  // add_unloaded_modules()
+  bool offline = false;  // another process's objects only (Symbolizer(objects)): none of ours
   // Per compilation unit, its line table (see LineTable); retired with the indexes.
   std::unordered_map<const void*, std::unique_ptr<LineTable>> line_tables;
   std::vector<std::unique_ptr<LineTable>> retired_line_tables;

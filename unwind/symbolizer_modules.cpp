@@ -40,7 +40,7 @@ void Symbolizer::Impl::report() {
   char vdso_name[32];  // this spelling makes libdwfl read the vDSO from our memory
   std::snprintf(vdso_name, sizeof vdso_name, "[vdso: %d]", static_cast<int>(getpid()));
   dwfl_report_begin(dwfl);
-  std::vector<LoadedObject> objects = loaded_objects();
+  std::vector<LoadedObject> objects = offline ? std::vector<LoadedObject>{} : loaded_objects();
   for (const LoadedObject& o : objects) {
     if (o.path == "[vdso]") {
       dwfl_report_module(dwfl, vdso_name, o.start, o.end);

@@ -304,6 +304,9 @@ const std::vector<VariableCase>& variable_cases() {
        [](const Config& c) { return !c.debug; }},
       {"MEMTRACE_LOG_LEVEL", "warn", [](const Config& c) { return c.log_level == log::Level::warn; }, "loud",
        "using info", [](const Config& c) { return c.log_level == log::Level::info; }},
+      // Kept as text: the state file's folder is checked when the file is made (state/state_file.cpp).
+      {"MEMTRACE_STATE_DIR", "/tmp/somewhere", [](const Config& c) { return c.state_dir == "/tmp/somewhere"; },
+       nullptr, nullptr, [](const Config& c) { return c.state_dir.empty(); }},
       // Kept as text: the session parses it (preload/allocator_settings.cpp), and warns there.
       {"MEMTRACE_ALLOC_CONF", "expandable_segments:True,bogus:1",
        [](const Config& c) { return c.alloc_conf == "expandable_segments:True,bogus:1"; }, nullptr, nullptr,

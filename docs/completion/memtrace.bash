@@ -11,7 +11,7 @@
 # an option added to a command fails that test until it is added here (and to docs/man/memtrace.1.in).
 # `declare -g`: bash-completion sources this file inside a function.
 
-declare -g _memtrace_commands="run summary peak leaks diff merge flamegraph ranks replay report help version"
+declare -g _memtrace_commands="run summary peak leaks diff merge flamegraph ranks replay report recover help version"
 declare -gA _memtrace_options=(
   [run]="--sim -o --output --no-summary --stacks -h --help"
   [summary]="--json --device --frames --by --lenient -h --help"
@@ -23,6 +23,7 @@ declare -gA _memtrace_options=(
   [ranks]="--json --device --lenient -h --help"
   [replay]="--alloc-conf --capacity --device --json --lenient -h --help"
   [report]="--device -o --json --lenient -h --help"
+  [recover]="-o --output -h --help"
 )
 # Options that take a value, and the values that can be listed ("" = nothing to offer: a number).
 declare -gA _memtrace_values=(
@@ -43,7 +44,7 @@ declare -g _memtrace_repeatable=" --alloc-conf "
 # What the positional arguments are: snapshot files, a directory, commands, or the program to run.
 declare -gA _memtrace_operands=(
   [run]=program [summary]=snapshot [peak]=snapshot [leaks]=snapshot [diff]=snapshot [merge]=snapshot
-  [flamegraph]=snapshot [ranks]=directory [replay]=snapshot [report]=snapshot [help]=command [version]=none
+  [flamegraph]=snapshot [ranks]=directory [replay]=snapshot [report]=snapshot [recover]=state [help]=command [version]=none
 )
 # The keys of --alloc-conf (PYTORCH_CUDA_ALLOC_CONF syntax plus memtrace's own), with their values
 # where they are a fixed few. Checked against core/caching/alloc_conf.cpp by the same test.
@@ -112,6 +113,7 @@ _memtrace_files() {
     return
   fi
   local -a snaps=($(compgen -f -X '!*.pickle' -- "$cur") $(compgen -f -X '!*.pkl' -- "$cur"))
+  [[ $kind == state ]] && snaps=($(compgen -f -X '!*.state' -- "$cur"))
   if [[ $kind == any || ${#snaps[@]} -eq 0 ]]; then
     COMPREPLY=($(compgen -f -- "$cur"))
   else
@@ -256,7 +258,7 @@ _memtrace() {
     return 0
   fi
   case ${_memtrace_operands[$cmd]} in
-    snapshot | directory) _memtrace_files "$cur" "${_memtrace_operands[$cmd]}" ;;
+    snapshot | directory | state) _memtrace_files "$cur" "${_memtrace_operands[$cmd]}" ;;
     command) ((_memtrace_cw == 2)) && _memtrace_reply "$cur" "${!_memtrace_options[@]}" ;;
     program) _memtrace_program "${_memtrace_at[_memtrace_cw]}" ;;
   esac

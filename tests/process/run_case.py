@@ -437,6 +437,9 @@ class Context:
         if preload:
             e["LD_PRELOAD"] = self.preload if preload is True else preload
             e["MEMTRACE_OUTPUT"] = output or os.path.join(outdir, "snapshot-%p.pickle")
+            # Each run's state file (docs/state-file.md) in its own folder beside the run's: a run
+            # that dies leaves its file there, not in the user's runtime folder.
+            e["MEMTRACE_STATE_DIR"] = outdir + "-state"
         # Sanitizer builds (scripts/test-sanitizers.sh): the sanitizer's runtime must come first,
         # also in runs without memtrace (the simulated device is instrumented too).
         first = os.environ.get("MEMTRACE_TEST_PRELOAD_FIRST")
@@ -2937,6 +2940,299 @@ def case_caching_bad_value(ctx):
 
 
 # --------------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------------------------
+# The state file: a process that dies without its exit snapshot (docs/state-file.md)
+# --------------------------------------------------------------------------------------------
+
+def state_files(outdir):
+    return sorted(glob.glob(os.path.join(outdir + "-state", "memtrace-*.state")))
+
+
+def recover(ctx, state_file, out, expect_rc=0):
+    p = subprocess.run([ctx.cli, "recover", state_file, "-o", out], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120, errors="replace")
+    check(p.returncode == expect_rc, f"memtrace recover {state_file} exited {p.returncode}, expected {expect_rc}:\n"
+                                     f"{p.stdout}{p.stderr}")
+    return p
+
+
+def live_device_set(snap):
+    """(address, requested) of every active block of the snapshot."""
+    out = {}
+    for s in snap.segments:
+        for b in s["blocks"]:
+            if b["state"] == "active_allocated":
+                out[b["address"]] = b["requested_size"]
+    return out
+
+
+def reported(stdout):
+    """What the program said it holds: addr -> requested (ALLOC not followed by that thread's FREE),
+    and the addresses it had started to free without saying it was done. Lines of one thread are
+    in its order; a thread frees only what it allocated, so a FREE from another thread than the
+    address's latest ALLOC is an older use of that address."""
+    held, owner, freeing = {}, {}, set()
+    for line in stdout.splitlines():
+        f = line.split()
+        if len(f) < 3 or f[1] != "dev":
+            continue
+        t = f[-1] if f[-1].startswith("T") else None
+        a = int(f[2], 16)
+        if f[0] == "ALLOC" and len(f) >= 4:
+            held[a], owner[a] = int(f[3]), t
+        elif f[0] == "FREEING" and owner.get(a) == t:
+            freeing.add(a)
+        elif f[0] == "FREE" and owner.get(a) == t:
+            held.pop(a, None)
+            owner.pop(a, None)
+            freeing.discard(a)
+    return held, freeing
+
+
+def recovered_and_checked(ctx, r, expect_live, freeing=frozenset(), in_flight=0, signame=None):
+    """The run's state file gives a snapshot whose live set is expect_live, apart from frees the
+    program had started (freeing) and at most in_flight allocations it had not reported yet; every
+    memtrace command and checker opens it."""
+    files = state_files(r.outdir)
+    check(len(files) == 1, f"expected one state file, found {files}\n{r.describe()}")
+    out = os.path.join(r.outdir, "recovered.pickle")
+    p = recover(ctx, files[0], out)
+    check("recovered the snapshot" in p.stderr and out in p.stderr, f"recover did not say where:\n{p.stderr}")
+    if signame:
+        check(f"ended by {signame}" in p.stderr, f"recover does not say the process ended by {signame}:\n{p.stderr}")
+    snap = Snapshot(out)
+    live = live_device_set(snap)
+    missing = {a for a in expect_live if a not in live}
+    extra = {a for a in live if a not in expect_live}
+    check(missing <= set(freeing), f"recovered live set lacks {len(missing - set(freeing))} reported allocations "
+                                   f"(e.g. {[hex(a) for a in sorted(missing - set(freeing))[:4]]})")
+    check(len(extra) <= in_flight, f"recovered live set has {len(extra)} allocations the program never reported "
+                                   f"(at most {in_flight} calls were in flight)")
+    for a in live:
+        if a in expect_live:
+            check(live[a] == expect_live[a], f"block {hex(a)}: {live[a]} bytes recovered, {expect_live[a]} reported")
+    check(snap.data["allocator_settings"]["memtrace"]["reason"] == "recover", "the snapshot's reason is not 'recover'")
+    ctx.check_snapshot_tool(out)
+    for cmd in (["summary", out], ["leaks", out], ["peak", out]):
+        q = subprocess.run([ctx.cli] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        check(q.returncode == 0, f"memtrace {' '.join(cmd)} exited {q.returncode}:\n{q.stderr}")
+    viz = os.path.join(ctx.build, "memory_viz", "_memory_viz.py")
+    if os.path.isfile(viz):
+        q = subprocess.run([sys.executable, viz, "stats", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+        check(q.returncode == 0, f"_memory_viz.py stats exited {q.returncode}:\n{q.stderr[-2000:]}")
+    return snap, live
+
+
+@case
+def case_state_kill_threads(ctx):
+    """SIGKILL while 8 threads allocate and free: the recovered live set is what the program had
+    reported, give or take the one call each thread had in flight."""
+    ctx.need_preload()
+    ctx.need_sim()
+    ctx.need_cli()
+    prog = ctx.program("state_death")
+    ctx.runs += 1
+    outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
+    os.makedirs(outdir)
+    e = ctx.base_env()
+    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload, "MEMTRACE_MAX_ENTRIES": "20000",
+              "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"),
+              "MEMTRACE_STATE_DIR": outdir + "-state"})
+    p = subprocess.Popen([prog, "threads"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace")
+    lines, allocs = [], 0
+    deadline = time.monotonic() + 120
+    # Long enough for the ring (20,000 entries) to wrap several times.
+    while allocs < 30000 and time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        allocs += line.startswith("ALLOC")
+    p.kill()
+    p.wait(timeout=60)
+    # The rest through the same text stream: communicate() would read the pipe itself and lose
+    # what the stream has buffered already.
+    rest, err = p.stdout.read(), p.stderr.read()
+    check(p.returncode == -signal.SIGKILL, f"the program exited {p.returncode}, not by SIGKILL:\n{err[-2000:]}")
+    check(allocs >= 30000, f"only {allocs} allocations reported before the deadline:\n{err[-2000:]}")
+    stdout = "".join(lines) + rest
+    held, freeing = reported(stdout)
+
+    class R:  # what recovered_and_checked reads of a run
+        pass
+    r = R()
+    r.outdir, r.describe = outdir, (lambda: f"  stderr:\n{err[-3000:]}")
+    check(not glob.glob(os.path.join(outdir, "*.pickle")), "a killed process wrote a snapshot")
+    recovered_and_checked(ctx, r, held, freeing, in_flight=8)
+
+
+def death_case(ctx, mode, expect_rc, signame=None, env=None):
+    ctx.need_preload()
+    ctx.need_sim()
+    ctx.need_cli()
+    prog = ctx.program("state_death")
+    plain = ctx.run([prog, mode], preload=False)
+    check(plain.rc == expect_rc, f"without memtrace '{mode}' exits {plain.rc}, expected {expect_rc}")
+    r = ctx.run([prog, mode], env=env)
+    check(r.rc == expect_rc, f"under memtrace '{mode}' exits {r.rc}, expected {expect_rc}\n{r.describe()}")
+    check(("HANDLED" in r.stdout) == ("HANDLED" in plain.stdout), "the program's own handler ran differently")
+    check("SURVIVED" not in r.stdout, "the program went on after its own end")
+    held, _ = reported(r.stdout)
+    check(len(held) == 3, f"the program reported {len(held)} live allocations, expected 3")
+    recovered_and_checked(ctx, r, held, signame=signame)
+
+
+@case
+def case_state_segv(ctx):
+    death_case(ctx, "segv", -signal.SIGSEGV, "SIGSEGV")
+
+
+@case
+def case_state_abort(ctx):
+    death_case(ctx, "abort", -signal.SIGABRT, "SIGABRT")
+
+
+@case
+def case_state_term(ctx):
+    death_case(ctx, "term", -signal.SIGTERM, "SIGTERM")
+
+
+@case
+def case_state_term_handler(ctx):
+    """The program's own SIGTERM handler runs (memtrace chains to it) and decides the exit status."""
+    death_case(ctx, "term_handler", 3, "SIGTERM")
+
+
+@case
+def case_state_exit(ctx):
+    death_case(ctx, "exit", 5)
+
+
+@case
+def case_state_clean_exit(ctx):
+    """A program that ends normally leaves no state file, and a bad MEMTRACE_STATE_DIR costs one
+    warning and nothing else."""
+    ctx.need_preload()
+    ctx.need_sim()
+    prog = ctx.program("exit_frees")
+    r = ctx.run([prog])
+    expect_ok(r)
+    check(not state_files(r.outdir), f"a clean exit left {state_files(r.outdir)}")
+    check(os.path.isdir(r.outdir + "-state"), "the state folder was never made")
+    blocker = os.path.join(ctx.tmp, "not-a-folder")
+    with open(blocker, "w") as f:
+        f.write("x")
+    for bad in (blocker, os.path.join(blocker, "sub")):
+        r = ctx.run([prog], env={"MEMTRACE_STATE_DIR": bad})
+        expect_ok(r)
+        warns = [w for w in r.warnings() if "state file" in w]
+        check(len(warns) == 1, f"MEMTRACE_STATE_DIR={bad}: expected one warning, got {r.warnings()}")
+        r.snapshot()  # recording went on
+    r = ctx.run([prog], env={"MEMTRACE_STATE_DIR": "off"})
+    expect_ok(r)
+    check(not r.warnings(), f"MEMTRACE_STATE_DIR=off warned: {r.warnings()}")
+    # A ring too large to reserve in a file: one warning, and the run as without a state file.
+    r = ctx.run([prog], env={"MEMTRACE_MAX_ENTRIES": "100000000"})
+    expect_ok(r)
+    warns = [w for w in r.warnings() if "state file" in w]
+    check(len(warns) == 1 and "2048 MiB" in warns[0], f"MEMTRACE_MAX_ENTRIES=100000000: {r.warnings()}")
+    check(not state_files(r.outdir), "a state file was made anyway")
+    r.snapshot()
+    # The default folder: $XDG_RUNTIME_DIR/memtrace, made 0700; another user's or an open one is
+    # refused, and the next default is taken.
+    xdg = os.path.join(ctx.tmp, "xdg")
+    os.makedirs(xdg)
+    r = ctx.run([ctx.program("state_death"), "exit"], env={"MEMTRACE_STATE_DIR": None, "XDG_RUNTIME_DIR": xdg})
+    files = glob.glob(os.path.join(xdg, "memtrace", "memtrace-*.state"))
+    check(r.rc == 5 and len(files) == 1, f"no state file in $XDG_RUNTIME_DIR/memtrace: {files}\n{r.describe()}")
+    check(stat.S_IMODE(os.stat(os.path.join(xdg, "memtrace")).st_mode) == 0o700, "the default folder is not 0700")
+    check(stat.S_IMODE(os.stat(files[0]).st_mode) == 0o600, "the state file is not 0600")
+    os.unlink(files[0])
+    os.chmod(os.path.join(xdg, "memtrace"), 0o755)
+    r = ctx.run([prog], env={"MEMTRACE_STATE_DIR": None, "XDG_RUNTIME_DIR": xdg})
+    expect_ok(r)
+    check(not glob.glob(os.path.join(xdg, "memtrace", "*")), "a folder open to others was used")
+
+
+@case
+def case_state_bad_input(ctx):
+    """recover refuses another version, a truncated file, another user's file, and a file that is
+    not a state file: one line, exit status 2, nothing written."""
+    ctx.need_preload()
+    ctx.need_sim()
+    ctx.need_cli()
+    prog = ctx.program("state_death")
+    r = ctx.run([prog, "exit"])
+    files = state_files(r.outdir)
+    check(len(files) == 1, f"no state file to spoil: {files}\n{r.describe()}")
+    with open(files[0], "rb") as f:
+        good = f.read()
+    bad = {}
+    bad["version"] = good[:8] + (99).to_bytes(4, "little") + good[12:]
+    bad["truncated"] = good[: len(good) // 2]
+    bad["short"] = good[:100]
+    bad["not_state"] = b"hello" * 1000
+    for name, data in bad.items():
+        path = os.path.join(ctx.tmp, f"{name}.state")
+        with open(path, "wb") as f:
+            f.write(data)
+        out = os.path.join(ctx.tmp, f"{name}.pickle")
+        p = recover(ctx, path, out, expect_rc=2)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        check(len(lines) == 1, f"{name}: expected one line, got {p.stderr!r}")
+        check(not os.path.exists(out) and not glob.glob(out + "*"), f"{name}: recover left {out}")
+    check("version 99" in recover(ctx, os.path.join(ctx.tmp, "version.state"), "/dev/null/x", 2).stderr,
+          "the version is not named")
+    check("truncated" in recover(ctx, os.path.join(ctx.tmp, "truncated.state"), "/dev/null/x", 2).stderr,
+          "a truncated file is not called truncated")
+    if os.getuid() == 0:
+        other = os.path.join(ctx.tmp, "other.state")
+        with open(other, "wb") as f:
+            f.write(good)
+        os.chown(other, 12345, 12345)
+        p = recover(ctx, other, os.path.join(ctx.tmp, "other.pickle"), expect_rc=2)
+        check("another user" in p.stderr, f"another user's file: {p.stderr}")
+    else:
+        other = "/proc/1/environ"  # a file that is root's; must be refused before it is read
+        p = recover(ctx, "/etc/hostname" if os.path.exists("/etc/hostname") else other,
+                    os.path.join(ctx.tmp, "other.pickle"), expect_rc=2)
+        check("another user" in p.stderr, f"another user's file: {p.stderr}")
+
+
+@case
+def case_state_run_recovers(ctx):
+    """memtrace run: a program that dies by a signal keeps its exit status, and run recovers its
+    snapshot from the state file by itself and says where it is."""
+    ctx.need_preload()
+    ctx.need_sim()
+    ctx.need_cli()
+    prog = ctx.program("state_death")
+    for mode, rc, sig in (("segv", -signal.SIGSEGV, "SIGSEGV"), ("exit", 5, None)):
+        r = ctx.run([ctx.cli, "run", "--sim", "--", prog, mode], preload=False,
+                    env={"MEMTRACE_OUTPUT": os.path.join(ctx.tmp, f"run-{mode}-%p.pickle"),
+                         "MEMTRACE_STATE_DIR": os.path.join(ctx.tmp, "run-state")}, timeout=120)
+        check(r.rc == rc, f"memtrace run of '{mode}' exits {r.rc}, expected {rc}\n{r.describe()}")
+        lines = [l for l in r.stderr.splitlines() if "recovered the snapshot" in l]
+        check(len(lines) == 1, f"run did not say it recovered the snapshot\n{r.describe()}")
+        if sig:
+            check(f"ended by {sig}" in lines[0], f"no word of {sig}: {lines[0]}")
+        path = lines[0].split(": ", 2)[-1].split(" (")[0]
+        check(os.path.isfile(path), f"the snapshot {path} it names is not there")
+        snap = Snapshot(path)
+        held, _ = reported(r.stdout)
+        check(set(live_device_set(snap)) == set(held), f"'{mode}': recovered {sorted(live_device_set(snap))}, "
+                                                       f"the program held {sorted(held)}")
+        os.unlink(path)
+    # A clean exit: the exit snapshot as before, nothing recovered.
+    r = ctx.run([ctx.cli, "run", "--sim", "--", ctx.program("exit_frees")], preload=False,
+                env={"MEMTRACE_OUTPUT": os.path.join(ctx.tmp, "run-clean-%p.pickle"),
+                     "MEMTRACE_STATE_DIR": os.path.join(ctx.tmp, "run-state")}, timeout=120)
+    check(r.rc == 0 and "recovered" not in r.stderr, f"a clean run recovered something\n{r.describe()}")
+    check(not glob.glob(os.path.join(ctx.tmp, "run-state", "*.state")), "state files were left behind")
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
