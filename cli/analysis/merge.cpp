@@ -309,7 +309,7 @@ class Merger {
     if (e.action == Action::Other) x.other_action = file(it.file).str(e.action_str);
     x.addr = e.addr;
     x.size = e.size;
-    x.stream = e.stream;
+    x.stream = file(it.file).stream_value(e.stream);
     x.time_us = e.time_us;
     x.device_free = e.device_free().value_or(0);
     x.category = it.category;

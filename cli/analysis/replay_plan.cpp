@@ -87,10 +87,10 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
         State& s = at[e.addr];
         if (s.pending >= 0) close_pending(s);  // its free_completed never came
         if (s.live) {                          // allocated twice without a free: the free is lost
-          p.ops.push_back(Op{OpKind::Free, true, ev, e.addr, 0, e.stream});
+          p.ops.push_back(Op{OpKind::Free, true, ev, e.addr, 0, snap.stream_value(e.stream)});
           ++p.skipped;
         }
-        p.ops.push_back(Op{OpKind::Alloc, true, ev, e.addr, e.size, e.stream});
+        p.ops.push_back(Op{OpKind::Alloc, true, ev, e.addr, e.size, snap.stream_value(e.stream)});
         s.live = true;
         s.allocated_in_trace = true;
         ++p.allocs;
@@ -103,7 +103,7 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
         if (completed && s.pending >= 0) {
           s.pending = -1;
           s.live = false;
-          p.ops.push_back(Op{OpKind::Free, true, ev, e.addr, 0, e.stream});
+          p.ops.push_back(Op{OpKind::Free, true, ev, e.addr, 0, snap.stream_value(e.stream)});
           ++p.frees;
           break;
         }
@@ -112,20 +112,20 @@ Plan build_plan(const rd::Snapshot& snap, int device) {
             ++p.skipped;  // a second free of the same block
             break;
           }
-          preallocate(e.addr, e.size, e.stream);  // alive since before the first kept entry
+          preallocate(e.addr, e.size, snap.stream_value(e.stream));  // alive since before the first kept entry
         }
         if (completed) {
-          p.ops.push_back(Op{OpKind::Free, true, ev, e.addr, 0, e.stream});
+          p.ops.push_back(Op{OpKind::Free, true, ev, e.addr, 0, snap.stream_value(e.stream)});
           s.live = false;
           ++p.frees;
         } else {
           s.pending = static_cast<int64_t>(p.ops.size());
-          p.ops.push_back(Op{OpKind::Free, false, ev, e.addr, 0, e.stream});
+          p.ops.push_back(Op{OpKind::Free, false, ev, e.addr, 0, snap.stream_value(e.stream)});
         }
         break;
       }
       case rd::Action::Oom:
-        p.ops.push_back(Op{OpKind::RecordedOom, true, ev, 0, e.size, e.stream});
+        p.ops.push_back(Op{OpKind::RecordedOom, true, ev, 0, e.size, snap.stream_value(e.stream)});
         ++p.recorded_ooms;
         break;
       case rd::Action::SegmentAlloc: p.segment_allocs.emplace_back(e.addr, e.size); break;

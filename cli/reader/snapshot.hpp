@@ -4,7 +4,7 @@
 //
 // Memory: strings (file names, function names, categories) are interned once per snapshot, and a
 // stack is a list of frame ids stored once, so a file with 1M trace entries and 10k distinct stacks
-// costs about 64 bytes per entry here (sizeof(TraceEntry)).
+// costs about 48 bytes per entry here (sizeof(TraceEntry)).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -21,6 +21,7 @@ using StrId = uint32_t;    // index into Snapshot::strings; 0 is always ""
 using FrameId = uint32_t;  // index into Snapshot::frames
 using StackId = uint32_t;  // index into Snapshot::stacks; 0 is always the empty stack
 using RangeId = uint32_t;  // index into Snapshot::ranges; 0 is always "no range"
+using StreamId = uint32_t;  // index into Snapshot::streams; 0 is always stream 0
 
 // One node of the range table: a range stack is the chain of names from a node to the root, so
 // every distinct stack is one id and a stack shares its outer part with its parent's.
@@ -68,31 +69,30 @@ struct Segment {
 
 struct TraceEntry {
   Action action = Action::Other;
-  bool has_kept = false;     // Snapshot::kept_entry() has keys for it (in the padding: no cost)
-  bool has_device_free = false;  // device_free_bytes is set (in the padding, where optional's flag was)
-  StrId action_str = 0;      // the original string (kept for kOther)
-  uint64_t addr = 0;         // absent for oom -> 0
+  bool has_kept = false;         // Snapshot::kept_entry() has keys for it
+  bool has_device_free = false;  // an oom that said what was free: `addr` holds it (device_free())
+  StrId action_str = 0;          // the original string (kept for kOther)
+  uint64_t addr = 0;             // absent -> 0; an oom's is device_free() (no oom has an address)
   uint64_t size = 0;
-  uint64_t stream = 0;
-  int64_t time_us = 0;       // 0 when absent
+  int64_t time_us = 0;           // 0 when absent
   StackId stack = 0;
-  StrId category = 0;        // "" when absent
-  RangeId range = 0;         // its 'ranges', or derived from external_annotations (Snapshot::ranges_from)
-  uint64_t device_free_bytes = 0;  // oom only: see device_free()
+  StrId category = 0;            // "" when absent
+  RangeId range = 0;             // its 'ranges', or derived from external_annotations (Snapshot::ranges_from)
+  StreamId stream = 0;           // Snapshot::stream_value(): few distinct streams, so an id
 
-  // What the driver said was free, for an oom entry that recorded it. A flag and a value rather
-  // than std::optional, whose own flag would take the 8 bytes `range` needs.
+  // What the driver said was free, for an oom entry that recorded it. Kept where an oom has no
+  // use for its own field, as PyTorch does in its allocator: 8 bytes less for every entry.
   std::optional<uint64_t> device_free() const {
-    return has_device_free ? std::optional<uint64_t>(device_free_bytes) : std::nullopt;
+    return has_device_free ? std::optional<uint64_t>(addr) : std::nullopt;
   }
-  void set_device_free(uint64_t bytes) {
-    device_free_bytes = bytes;
+  void set_device_free(uint64_t bytes) {  // for an oom entry only
+    addr = bytes;
     has_device_free = true;
   }
 };
 
-// The bulk of a big file: has_kept sits in padding, so keeping unknown keys costs entries nothing.
-static_assert(sizeof(TraceEntry) <= 64, "TraceEntry grew: see the memory note at the top");
+// The bulk of a big file (issue 18: reading a file takes under twice its size): 48 bytes.
+static_assert(sizeof(TraceEntry) <= 48, "TraceEntry grew: see the memory note at the top");
 
 // Where the entries' and blocks' ranges came from (docs/ranges.md, "What a snapshot carries").
 enum class RangesFrom : uint8_t {
@@ -155,7 +155,11 @@ struct Snapshot {
   // The kept dict of device_traces[list][index] (list == device_traces.size(): host_traces).
   format::RawId kept_entry(size_t list, size_t index) const;
 
+  // The distinct streams the entries name ([0] is stream 0, the default stream).
+  std::vector<uint64_t> streams{0};
+
   std::string_view str(StrId id) const { return strings[id]; }
+  uint64_t stream_value(StreamId id) const { return streams[id]; }
   // A range stack's names, outermost first (empty for 0).
   std::vector<StrId> range_path(RangeId id) const;
   int device_count() const;  // max(device_traces.size(), 1 + highest segment device)

@@ -217,6 +217,8 @@ class Decoder final : public pickle::DictHook {
   Snapshot snap_;
   RangeTable ranges_{&snap_.ranges};
   std::unordered_map<uint32_t, RangeId> range_ids_;       // 'ranges' list object -> node
+  std::unordered_map<uint64_t, StreamId> stream_ids_;     // stream value -> Snapshot::streams index
+  StreamId stream_id(uint64_t value);
   std::unordered_map<uint32_t, format::RawId> ranges_raw_;  // 'ranges' list object -> its kept copy
   std::vector<StrId> names_tmp_;
   bool saw_ranges_ = false;  // some entry or block has a 'ranges' key

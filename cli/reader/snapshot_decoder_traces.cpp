@@ -8,6 +8,13 @@
 
 namespace memtrace::reader::detail {
 
+StreamId Decoder::stream_id(uint64_t value) {
+  if (value == 0) return 0;
+  auto [it, added] = stream_ids_.try_emplace(value, static_cast<StreamId>(snap_.streams.size()));
+  if (added) snap_.streams.push_back(value);
+  return it->second;
+}
+
 bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, std::string* why,
                                format::RawId* kept) {
   bool have_action = false;
@@ -28,7 +35,8 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
     kept_tmp_.push_back(to_raw(k, 1));
     kept_tmp_.push_back(to_raw(v, 1));
   };
-  uint64_t size_exact = 0, free_exact = 0;
+  uint64_t size_exact = 0, free_exact = 0, device_free = 0;
+  bool have_device_free = false;
   // A decimal string written by memtrace beside a value capped at 2^53 - 1; anything else is ignored.
   auto exact = [&](Value v, uint64_t* out) {
     if (!v.is_str()) return;
@@ -64,7 +72,11 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
         if (!v.is_none() && !u64(v, Key::Size, &e->size, why)) return false;
         break;
       case Key::Stream:
-        if (!v.is_none() && !u64(v, Key::Stream, &e->stream, why)) return false;
+        if (!v.is_none()) {
+          uint64_t stream;
+          if (!u64(v, Key::Stream, &stream, why)) return false;
+          e->stream = stream_id(stream);
+        }
         break;
       case Key::TimeUs:
         if (!v.is_none() && !i64(v, Key::TimeUs, &e->time_us, why)) return false;
@@ -74,9 +86,8 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
         break;
       case Key::DeviceFree:
         if (!v.is_none()) {
-          uint64_t f;
-          if (!u64(v, Key::DeviceFree, &f, why)) return false;
-          e->set_device_free(f);
+          if (!u64(v, Key::DeviceFree, &device_free, why)) return false;
+          have_device_free = true;
         }
         break;
       case Key::Frames:
@@ -107,7 +118,13 @@ bool Decoder::entry_from_pairs(const Value* kv, size_t n_pairs, TraceEntry* e, s
     kept_tmp_.resize(kept_from);
   }
   if (size_exact) e->size = size_exact;
-  if (free_exact) e->set_device_free(free_exact);
+  if (free_exact) {
+    device_free = free_exact;
+    have_device_free = true;
+  }
+  // Only an oom's device_free means anything (and only an oom's is written back); an oom has no
+  // address of its own, so its `addr` holds it (TraceEntry::device_free()).
+  if (have_device_free && e->action == Action::Oom) e->set_device_free(device_free);
   if (!have_action) {
     *why = "no " + quoted(Key::Action) + " key";
     return false;
