@@ -18,6 +18,7 @@
 #include "preload/report_after_dump.hpp"
 #include "preload/session.hpp"
 #include "unwind/python_frames.hpp"
+#include "unwind/symbolizer_reuse.hpp"
 
 namespace memtrace::preload {
 
@@ -162,6 +163,7 @@ bool exit_dump_taken() { return g_exit_dump_taken.load(std::memory_order_acquire
 void dumps_after_fork_child() {
   g_dump_sequence.store(0);
   pthread_mutex_init(&g_dump_mutex, nullptr);
+  unwind::dump_symbolizers().after_fork_child();
 }
 
 }  // namespace memtrace::preload
