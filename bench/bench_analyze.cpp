@@ -12,7 +12,9 @@
 // the median (its CPU time, user + system, beside it: steadier on a shared machine), peak memory is
 // the child's ru_maxrss from wait4 (the largest of the runs). In-process,
 // load_snapshot and the replay of every device are timed apart. Python: the command line
-// `python3 -c "import pickle; pickle.load(open(f,'rb'))"`, measured the same way.
+// `python3 -c "import pickle; pickle.load(open(f,'rb'))"`, measured the same way, as Python runs it and
+// with its garbage collector off (gc.disable(), which a loader of acyclic data would do). The load
+// average is printed before and after: on a shared machine the figures move with it.
 // Targets (issue 5): each command under 2 s, peak memory under 4x the file size.
 // Not a test: figures depend on the machine.
 #include <sys/resource.h>
@@ -163,7 +165,7 @@ Run median_of_3(const std::vector<std::string>& args) {
 
 void report(const char* what, const Run& r, double file_bytes, bool target) {
   double ratio = static_cast<double>(r.maxrss_kib) * 1024.0 / file_bytes;
-  std::printf("  %-34s %6.2f s (cpu %5.2f s)   peak RSS %7.1f MiB = %4.2fx file%s%s\n", what, r.wall, r.cpu,
+  std::printf("  %-38s %6.2f s (cpu %5.2f s)   peak RSS %7.1f MiB = %4.2fx file%s%s\n", what, r.wall, r.cpu,
               r.maxrss_kib / 1024.0, ratio,
               target ? (r.wall < 2.0 && ratio < 4.0 ? "   [targets met]" : "   [TARGET MISSED]") : "",
               r.status == 0 ? "" : "   (FAILED)");
@@ -208,11 +210,24 @@ int main(int argc, char** argv) {
   stat(path.c_str(), &sb);
   const double file_bytes = static_cast<double>(sb.st_size);
 
+  auto load_average = [] {
+    char buf[128] = {};
+    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
+      std::fclose(f);
+    }
+    return std::string(buf);
+  };
+  std::printf("load average before: %s", load_average().c_str());
   std::printf("commands (median of 3 runs, stdout to /dev/null):\n");
   report("memtrace summary", median_of_3({MEMTRACE_CLI, "summary", path}), file_bytes, true);
   report("memtrace peak", median_of_3({MEMTRACE_CLI, "peak", path}), file_bytes, true);
   report("memtrace peak --json (every group)", median_of_3({MEMTRACE_CLI, "peak", "--json", path}), file_bytes, true);
-  report("python3 pickle.load", median_of_3({"python3", "-c", "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))", path}),
+  report("python3 pickle.load, gc on (default)",
+         median_of_3({"python3", "-c", "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))", path}), file_bytes,
+         false);
+  report("python3 pickle.load, gc.disable()",
+         median_of_3({"python3", "-c", "import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],'rb'))", path}),
          file_bytes, false);
 
   // Where the time goes, in a child so its RSS is its own.
@@ -245,5 +260,6 @@ int main(int argc, char** argv) {
   waitpid(pid, &status, 0);
   if (!std::getenv("MEMTRACE_BENCH_KEEP")) std::remove(path.c_str());
   else std::printf("kept %s\n", path.c_str());
+  std::printf("load average after: %s", load_average().c_str());
   return 0;
 }

@@ -12,7 +12,8 @@
 //    of 3 blocks) and writes it with pickle.dump at protocol 4.
 // For each file, a fresh process (this program re-run with --load) loads it 3 times in turn and
 // reports the time and the process's peak RSS (VmHWM, the program's own baseline included) next to
-// the file size; then python3 times pickle.load on the same file, with its own peak RSS.
+// the file size; then python3 times pickle.load on the same file, with its own peak RSS, as Python
+// runs it and with gc.disable(). The load average is printed before and after.
 // Not a test: figures depend on the machine.
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -127,18 +128,25 @@ void measure(const char* label, const std::string& path) {
               secs[0], cpus[1], cpus[0]);
   std::printf("  peak RSS of the loading process: %.1f MiB = %.2fx the file size\n", mib(peak * 1024.0),
               peak * 1024.0 / static_cast<double>(size));
-  std::string py = run_capture(
-      "python3 -c \"import pickle,resource,sys,time,os\nt=time.time()\nc=time.process_time()\n"
-      "with open(sys.argv[1],'rb') as f: o=pickle.load(f)\n"
-      "print('%.3f %.3f %d' % (time.time()-t, time.process_time()-c, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
-      "\nsys.stdout.flush()\nos._exit(0)\" '" + path + "'");
-  double pys = 0, pycpu = 0;
-  long pykib = 0;
-  if (std::sscanf(py.c_str(), "%lf %lf %ld", &pys, &pycpu, &pykib) == 3)
-    std::printf("  python3 pickle.load: wall %.3f s, CPU %.3f s, peak RSS %.1f MiB = %.2fx the file size\n", pys, pycpu,
-                mib(pykib * 1024.0), pykib * 1024.0 / static_cast<double>(size));
-  else
-    std::printf("  python3 pickle.load failed: %s\n", py.c_str());
+  // pickle.load as Python runs it, and with its cyclic garbage collector off (gc.disable()): the
+  // collector walks the growing heap again and again while millions of objects are created, and a
+  // reader that knows its data holds no cycles would turn it off.
+  for (const bool gc_off : {false, true}) {
+    std::string py = run_capture(
+        std::string("python3 -c \"import gc,pickle,resource,sys,time,os\n") + (gc_off ? "gc.disable()\n" : "") +
+        "t=time.time()\nc=time.process_time()\n"
+        "with open(sys.argv[1],'rb') as f: o=pickle.load(f)\n"
+        "print('%.3f %.3f %d' % (time.time()-t, time.process_time()-c, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
+        "\nsys.stdout.flush()\nos._exit(0)\" '" + path + "'");
+    double pys = 0, pycpu = 0;
+    long pykib = 0;
+    const char* what = gc_off ? "python3 pickle.load, gc.disable()" : "python3 pickle.load, gc on (default)";
+    if (std::sscanf(py.c_str(), "%lf %lf %ld", &pys, &pycpu, &pykib) == 3)
+      std::printf("  %s: wall %.3f s, CPU %.3f s, peak RSS %.1f MiB = %.2fx the file size\n", what, pys, pycpu,
+                  mib(pykib * 1024.0), pykib * 1024.0 / static_cast<double>(size));
+    else
+      std::printf("  %s failed: %s\n", what, py.c_str());
+  }
 }
 
 StateCopy synthetic_state() {
@@ -295,6 +303,7 @@ int main(int argc, char** argv) {
   std::string mt_path = dir + "/memtrace_bench_read_memtrace.pickle";
   std::string pt_path = dir + "/memtrace_bench_read_pytorch.pickle";
 
+  std::printf("load average before: %s", run_capture("cat /proc/loadavg").c_str());
   long base = std::atol(run_capture("'" + self_exe() + "' --baseline").c_str());
   std::printf("baseline peak RSS of this program doing nothing: %.1f MiB\n", mib(base * 1024.0));
 
@@ -331,5 +340,6 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(Clock::now() - t0).count());
   measure("PyTorch's shape, pickle protocol 4 (1,000,000 entries, 10,000 stacks x 16 frames)", pt_path);
   if (!keep) std::remove(pt_path.c_str());
+  std::printf("load average after: %s", run_capture("cat /proc/loadavg").c_str());
   return 0;
 }

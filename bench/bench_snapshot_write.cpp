@@ -11,6 +11,8 @@
 //    and has no switch to turn that off, so python3 loads the file and pickles it twice with
 //    protocol 4: as loaded (shared), and after replacing every `frames` list by a new list of new
 //    dicts (what copy.deepcopy would do to it; strings stay shared, as pickle memoizes them).
+// 1b. The same state through dump_with_source() (what the exit dump runs, frames from the fake
+//    source): its own peak resident memory (VmHWM after resetting it) against the snapshot's size.
 // 3. Recorder::copy_state() of a recorder holding 1,000,000 ring entries and 100,000 live
 //    allocations: its duration (median/min of 7), and the longest single alloc/free call seen by
 //    another thread allocating while the copies run (the pause a dump imposes on it).
@@ -23,6 +25,7 @@
 #include <memory>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -31,6 +34,7 @@
 #include "../output/tests/fake_source.hpp"
 #include "core/recorder.hpp"
 #include "format/atomic_file.hpp"
+#include "output/dump.hpp"
 #include "output/snapshot_builder.hpp"
 
 using namespace memtrace;
@@ -157,6 +161,26 @@ import os
 os._exit(0)  # skip freeing millions of objects
 )PY";
 
+// A field of /proc/self/status in KiB (VmRSS:, VmHWM:); 0 when unreadable.
+long status_kib(const char* field) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long v = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::strncmp(line, field, std::strlen(field)) == 0) v = std::atol(line + std::strlen(field));
+  std::fclose(f);
+  return v;
+}
+
+// Sets VmHWM to the current resident size, so that it then measures a peak from here.
+bool reset_peak_rss() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,6 +216,35 @@ int main(int argc, char** argv) {
               static_cast<double>(bytes) / static_cast<double>(st.trace.size()), ok ? "" : "  WRITE FAILED: ",
               ok ? "" : err.c_str());
   wp.reset();  // give the memory back before python runs
+
+  // ---- 1b. a dump's own peak memory ----
+  // dump_with_source() as the exit dump runs it (minus symbolization: the frames come from the
+  // fake source): the process's peak resident memory during it, over what it held before (the
+  // state copy, the frame source), next to the snapshot's size and the state copy's.
+  {
+    const size_t copy_bytes = st.trace.capacity() * sizeof(TraceEntry) + st.live.capacity() * sizeof(AllocRecord);
+    const long before = status_kib("VmRSS:");
+    const bool reset = reset_peak_rss();
+    DumpRequest req;
+    req.path_template = dir + "/memtrace_bench_dump_peak.pickle";
+    req.print_summary = false;
+    PathContext ctx;
+    DumpReport rep = dump_with_source(st, src, req, ctx, "bench_snapshot_write");
+    const long peak = status_kib("VmHWM:");
+    std::remove(req.path_template.c_str());
+    if (!rep.written || !reset) {
+      std::printf("dump peak memory: not measured (%s)\n",
+                  !reset ? "cannot reset the peak (/proc/self/clear_refs)" : rep.error.c_str());
+    } else {
+      const double own = static_cast<double>(peak - before) * 1024.0;
+      std::printf("dump_with_source of the same state (%zu trace entries): snapshot %.1f MiB; the dump's own peak\n"
+                  "  resident memory %.1f MiB = %.2fx the snapshot (over the %.1f MiB held before it, of which the\n"
+                  "  state copy is %.1f MiB: with it, %.2fx the snapshot)\n",
+                  st.trace.size(), mib(static_cast<double>(rep.bytes)), mib(own), own / static_cast<double>(rep.bytes),
+                  before / 1024.0, mib(static_cast<double>(copy_bytes)),
+                  (own + static_cast<double>(copy_bytes)) / static_cast<double>(rep.bytes));
+    }
+  }
   std::vector<AllocRecord>().swap(st.live);
   std::vector<TraceEntry>().swap(st.trace);
 

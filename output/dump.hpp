@@ -61,9 +61,16 @@ struct DumpReport {
   std::string error;  // one line; empty when written or when no snapshot was asked for
   size_t bytes = 0;
   double seconds = 0;  // symbolize + build + write
+  // dump_snapshot(): whether the last dump's Symbolizer served (unwind/symbolizer_reuse.hpp), and
+  // the calling thread's CPU time in getting it and symbolizing every native address ahead
+  // (prepare()'s other threads, used above a few hundred new addresses, not counted).
+  bool symbolizer_reused = false;
+  double symbolize_cpu_seconds = 0;
 };
 
-// Constructs a Symbolizer over the current process, then dump_with_source().
+// Symbolizes with the process's dump Symbolizer (a fresh one when objects were loaded or unloaded
+// since the last dump: unwind/symbolizer_reuse.hpp), then dump_with_source(). One at a time per
+// process: a second call waits for the first.
 DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stacks, const DumpRequest& request);
 
 // The same with the frames and the process facts supplied by the caller (tests, other front ends).

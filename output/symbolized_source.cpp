@@ -4,6 +4,9 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
+
+#include <time.h>
 
 #include "core/log.hpp"
 #include "output/dump.hpp"
@@ -12,6 +15,7 @@
 #include "unwind/python_frames.hpp"
 #include "unwind/stack_table.hpp"
 #include "unwind/symbolizer.hpp"
+#include "unwind/symbolizer_reuse.hpp"
 
 namespace memtrace::output {
 
@@ -81,6 +85,12 @@ std::vector<uintptr_t> native_addresses(const StateCopy& state, const unwind::St
         if (unwind::PythonFrameInfo py; !unwind::describe_python_frame(pc, &py)) pcs.push_back(pc);
   return pcs;  // (prepare() drops repeats)
 }
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 }  // namespace
 
 DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stacks, const DumpRequest& request) {
@@ -88,10 +98,13 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
   try {
     PathContext ctx = path_context_from_process(request.sequence);
     std::string exe = executable_path();
-    std::unique_ptr<unwind::Symbolizer> sym;
+    // The last dump's Symbolizer when nothing was loaded or unloaded since (symbolizer_reuse.hpp).
+    std::optional<unwind::SymbolizerReuse::Lease> lease;
+    unwind::Symbolizer* sym = nullptr;
+    const double cpu0 = thread_cpu_seconds();
     try {
-      sym = std::make_unique<unwind::Symbolizer>();
-      sym->add_unloaded_modules(request.module_history);
+      lease.emplace(unwind::dump_symbolizers().acquire(request.module_history));
+      sym = &lease->symbolizer();
     } catch (const std::exception& e) {
       log::debug("symbolizer unavailable ({}); writing without frames", e.what());
     } catch (...) {
@@ -101,16 +114,21 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
       try {
         const auto t0 = std::chrono::steady_clock::now();
         const auto rep = sym->prepare(native_addresses(state, stacks), request.symbolize_threads);
-        log::debug("symbolized {} addresses ({} units or modules) on {} threads in {:.3f} s", rep.addresses,
+        log::debug("symbolized {} addresses ({} units or modules) on {} threads in {:.3f} s{}", rep.addresses,
                    rep.tasks, rep.threads,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   lease->reused() ? " (the last dump's symbolizer)" : "");
       } catch (const std::exception& e) {
         log::debug("symbolizing ahead failed ({}); frames are symbolized one by one", e.what());
       }
     }
     if (sym) {
+      const double symbolize_cpu = thread_cpu_seconds() - cpu0;
       SymbolizedFrameSource src(stacks, *sym, exe);
-      return dump_with_source(state, src, request, ctx, exe, start);
+      DumpReport rep = dump_with_source(state, src, request, ctx, exe, start);
+      rep.symbolizer_reused = lease->reused();
+      rep.symbolize_cpu_seconds = symbolize_cpu;
+      return rep;
     }
     NullFrameSource none;
     return dump_with_source(state, none, request, ctx, exe, start);

@@ -19,6 +19,7 @@
 #include "preload/session.hpp"
 #include "preload/state_session.hpp"
 #include "unwind/python_frames.hpp"
+#include "unwind/symbolizer_reuse.hpp"
 
 namespace memtrace::preload {
 
@@ -164,6 +165,7 @@ bool exit_dump_taken() { return g_exit_dump_taken.load(std::memory_order_acquire
 void dumps_after_fork_child() {
   g_dump_sequence.store(0);
   pthread_mutex_init(&g_dump_mutex, nullptr);
+  unwind::dump_symbolizers().after_fork_child();
 }
 
 }  // namespace memtrace::preload

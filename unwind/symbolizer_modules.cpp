@@ -1,5 +1,6 @@
 // The Symbolizer's libdwfl session: the modules it knows (the dynamic loader's list, plus objects
 // recorded while loaded), re-read when an address falls outside them, and where an address is.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,9 +10,31 @@
 
 namespace memtrace::unwind {
 
+namespace {
+// The files libdwfl opens stay open while the Symbolizer lives, and dumps keep it between them
+// (symbolizer_reuse.hpp): close-on-exec, so that programs the profiled one runs inherit none.
+int cloexec(int fd) {
+  if (fd >= 0) {
+    const int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+  return fd;
+}
+int find_elf_cloexec(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base, char** file_name,
+                     Elf** elfp) {
+  return cloexec(dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp));
+}
+int find_debuginfo_cloexec(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
+                           const char* file_name, const char* debuglink_file, GElf_Word debuglink_crc,
+                           char** debuginfo_file_name) {
+  return cloexec(find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc,
+                                debuginfo_file_name));
+}
+}  // namespace
+
 Symbolizer::Impl::Impl() {
-  callbacks.find_elf = dwfl_linux_proc_find_elf;
-  callbacks.find_debuginfo = find_debuginfo;
+  callbacks.find_elf = find_elf_cloexec;
+  callbacks.find_debuginfo = find_debuginfo_cloexec;
   callbacks.debuginfo_path = &debuginfo_path;
   dwfl = dwfl_begin(&callbacks);
   if (dwfl != nullptr) report();

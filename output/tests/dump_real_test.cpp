@@ -58,4 +58,18 @@ TEST_CASE("dump_snapshot symbolizes, drops memtrace's own frames and writes", "[
                   &out);
   INFO(out);
   CHECK(rc == 0);
+
+  // The next dump of the unchanged process symbolizes with the same Symbolizer (nothing was
+  // loaded or unloaded in between), and its frames pass the same checks.
+  req.sequence = 8;
+  DumpReport again = dump_snapshot(s, table, req);
+  INFO(again.error);
+  REQUIRE(again.written);
+  CHECK(again.symbolizer_reused);
+  rc = t::run(t::python() + " '" + t::checker() + "' '" + again.path +
+                  "' --expect-json '{\"segments\": 1, \"no_frame_files\": [\"output_tests\"], "
+                  "\"metadata\": {\"reason\": \"signal\", \"dump_sequence\": 8}}'",
+              &out);
+  INFO(out);
+  CHECK(rc == 0);
 }

@@ -1624,6 +1624,16 @@ def case_dump_interval(ctx):
     check_on_demand(ctx, r, "interval", 2)
     names = sorted(r.on_demand_snapshots())
     check(len(set(names)) == len(names), "interval snapshots overwrote each other")
+    # Interval snapshots of a program that loads nothing more share one symbolizer
+    # (unwind/symbolizer_reuse.hpp): the debug line of every snapshot after the first says so.
+    r = ctx.run([prog, "interval", "until", "3"], env={"MEMTRACE_INTERVAL": "0.15", "MEMTRACE_LOG_LEVEL": "debug"},
+                timeout=180)
+    expect_ok(r)
+    check_on_demand(ctx, r, "interval", 3)
+    symbolized = [l for l in r.memtrace_lines() if "symbolized " in l and " addresses " in l]
+    reused = [l for l in symbolized if "(the last dump's symbolizer)" in l]
+    check(len(symbolized) >= 4 and len(reused) >= 2,
+          f"{len(symbolized)} symbolization lines, {len(reused)} with the last dump's symbolizer\n{r.describe()}")
     # A long run keeps only the last MEMTRACE_INTERVAL_KEEP; an interval under 10 ms is said.
     r = ctx.run([prog, "interval", "2500"], env={"MEMTRACE_INTERVAL": "0.001", "MEMTRACE_INTERVAL_KEEP": "2"},
                 timeout=60)
