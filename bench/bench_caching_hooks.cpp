@@ -2,12 +2,16 @@
 // cache, a synchronize per batch of deferred frees) against the same pair passed through to the
 // simulated driver, with and without stacks.
 //
-//   bench_caching_hooks [PAIRS]       runs every configuration in a child process and prints, per
-//                                     configuration, the median over batches of 1000 pairs of the
-//                                     ns per pair (and the 10th / 90th percentiles)
-//   bench_caching_hooks --child N     one run (what the table re-executes with its environment)
+//   bench_caching_hooks [PAIRS]        runs every configuration in a child process and prints, per
+//                                      configuration, the median over batches of 1000 pairs of the
+//                                      ns per pair (and the 10th / 90th percentiles) on one thread,
+//                                      then the aggregate pairs per microsecond (wall clock, all
+//                                      threads' pairs) on 1, 2 and 8 threads
+//   bench_caching_hooks --child N T    one run on T threads, N pairs each (what the table re-executes
+//                                      with its environment)
 //
-// The pair is cuMemAlloc_v2 + cuMemFree_v2 of 4 KiB, called 16 frames deep.
+// The pair is cuMemAlloc_v2 + cuMemFree_v2 of 4 KiB, called 16 frames deep. A per-batch median
+// hides contention between threads; the aggregate figure shows it.
 #include <cuda.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "child_run.hpp"
@@ -47,7 +52,7 @@ __attribute__((noinline)) void descend(int depth, long n, std::vector<double>* o
   asm volatile("" ::: "memory");
 }
 
-int child(long pairs) {
+int child(long pairs, int threads) {
   CUdevice dev;
   CUcontext ctx;
   if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
@@ -55,32 +60,53 @@ int child(long pairs) {
     std::fprintf(stderr, "bench_caching_hooks: no device\n");
     return 1;
   }
-  std::vector<double> per_batch;
-  descend(16, std::max<long>(pairs / kBatch / 10, 1), &per_batch);  // warm-up
-  per_batch.clear();
-  descend(16, std::max<long>(pairs / kBatch, 1), &per_batch);
-  std::sort(per_batch.begin(), per_batch.end());
-  auto at = [&](double q) { return per_batch[static_cast<size_t>(q * static_cast<double>(per_batch.size() - 1))]; };
-  std::printf("%.1f %.1f %.1f\n", at(0.5), at(0.1), at(0.9));
+  std::vector<std::vector<double>> per(threads);
+  auto body = [&](int t) {
+    cuCtxSetCurrent(ctx);
+    descend(16, std::max<long>(pairs / kBatch / 10, 1), &per[t]);  // warm-up
+    per[t].clear();
+  };
+  auto timed = [&](int t) {
+    cuCtxSetCurrent(ctx);
+    descend(16, std::max<long>(pairs / kBatch, 1), &per[t]);
+  };
+  auto on_all = [&](auto&& fn) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) ts.emplace_back(fn, t);
+    for (auto& th : ts) th.join();
+  };
+  on_all(body);
+  auto w0 = std::chrono::steady_clock::now();
+  on_all(timed);
+  auto w1 = std::chrono::steady_clock::now();
+  std::vector<double> all;
+  for (auto& v : per) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  auto at = [&](double q) { return all[static_cast<size_t>(q * static_cast<double>(all.size() - 1))]; };
+  const double done = static_cast<double>(threads) * static_cast<double>(std::max<long>(pairs / kBatch, 1) * kBatch);
+  std::printf("%.1f %.1f %.1f %.2f\n", at(0.5), at(0.1), at(0.9),
+              done / std::chrono::duration<double, std::micro>(w1 - w0).count());
   return 0;
 }
 
 struct Figures {
-  double median = 0, p10 = 0, p90 = 0;
+  double median = 0, p10 = 0, p90 = 0, pairs_per_us = 0;
   bool ok = false;
 };
 
-Figures run_config(const char* self, long pairs, const std::vector<std::string>& env) {
+Figures run_config(const char* self, long pairs, int threads, const std::vector<std::string>& env) {
   Figures f;
-  std::string line = memtrace::bench::run_child(self, {std::to_string(pairs)}, env, "/tmp/memtrace-bench-");
-  f.ok = !line.empty() && std::sscanf(line.c_str(), "%lf %lf %lf", &f.median, &f.p10, &f.p90) == 3;
+  std::string line =
+      memtrace::bench::run_child(self, {std::to_string(pairs), std::to_string(threads)}, env, "/tmp/memtrace-bench-");
+  f.ok = !line.empty() &&
+         std::sscanf(line.c_str(), "%lf %lf %lf %lf", &f.median, &f.p10, &f.p90, &f.pairs_per_us) == 4;
   return f;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) return child(std::atol(argv[2]));
+  if (argc >= 4 && std::strcmp(argv[1], "--child") == 0) return child(std::atol(argv[2]), std::atoi(argv[3]));
   long pairs = argc >= 2 ? std::atol(argv[1]) : 200000;
   const char* preload = std::getenv("MEMTRACE_BENCH_PRELOAD");
   std::string ld = std::string("LD_PRELOAD=") + (preload ? preload : MEMTRACE_LIB_PATH);
@@ -97,17 +123,24 @@ int main(int argc, char** argv) {
       {"passthrough, native stacks (16 deep)", {ld, "MEMTRACE_STACKS=native"}},
       {"caching, native stacks (16 deep)", {ld, "MEMTRACE_STACKS=native", "MEMTRACE_ALLOCATOR=caching"}},
   };
-  std::printf("cuMemAlloc_v2 + cuMemFree_v2 of 4 KiB on the simulated device, %ld pairs per configuration\n", pairs);
-  std::printf("ns per pair over batches of %ld pairs: median (p10 .. p90)\n", kBatch);
+  std::printf("cuMemAlloc_v2 + cuMemFree_v2 of 4 KiB on the simulated device, %ld pairs per run, split over its threads\n", pairs);
+  std::printf("one thread: ns per pair over batches of %ld pairs, median (p10 .. p90); then aggregate pairs/us\n",
+              kBatch);
+  std::printf("  %-38s %9s  %-16s %8s %8s %8s\n", "", "ns/pair", "(p10 .. p90)", "1 thr", "2 thr", "8 thr");
   for (const Config& c : configs) {
     std::vector<std::string> env = c.env;
     if (c.env.size() > 1) env.insert(env.end(), common.begin(), common.end());
-    Figures f = run_config(argv[0], pairs, env);
-    if (!f.ok) {
+    Figures f[3];
+    const int threads[3] = {1, 2, 8};
+    for (int i = 0; i < 3; ++i) f[i] = run_config(argv[0], pairs / threads[i], threads[i], env);
+    if (!f[0].ok) {
       std::printf("  %-38s failed\n", c.name);
       continue;
     }
-    std::printf("  %-38s %9.1f  (%.1f .. %.1f)\n", c.name, f.median, f.p10, f.p90);
+    char range[40];
+    std::snprintf(range, sizeof range, "(%.1f .. %.1f)", f[0].p10, f[0].p90);
+    std::printf("  %-38s %9.1f  %-16s %8.2f %8.2f %8.2f\n", c.name, f[0].median, range, f[0].pairs_per_us,
+                f[1].ok ? f[1].pairs_per_us : 0.0, f[2].ok ? f[2].pairs_per_us : 0.0);
   }
   return 0;
 }

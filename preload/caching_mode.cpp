@@ -26,9 +26,36 @@ namespace {
 
 std::atomic<bool> g_caching{false};
 
+// With MEMTRACE_STACKS=none a request's stack is its caller alone, so a thread that allocates from
+// one call site again and again gets the same stack id and owner: they are kept per thread and
+// reused while the session, the caller and the stack table's generation (bumped when a forked
+// child clears the table) are the same. Interning and owner lookup were most of the hook's own cost.
+struct CallerCache {
+  const Session* session;
+  void* caller;
+  uint32_t generation;
+  uint32_t stack_id;
+  uint16_t owner;
+};
+__thread CallerCache t_caller __attribute__((tls_model("initial-exec"))) = {nullptr, nullptr, 0, 0, 0};
+std::atomic<uint32_t> g_stack_generation{0};
+
 void set_request(Session* s, const caching::CachingAllocator& a, size_t bytes, void* caller) {
-  t_request.stack_id = s ? capture_stack_id(*s, caller) : 0;
-  t_request.owner = s ? s->owners.owner_of(t_request.stack_id, s->stacks) : 0;
+  if (!s) {
+    t_request.stack_id = 0;
+    t_request.owner = 0;
+  } else if (s->config.stacks != StackMode::None) {
+    t_request.stack_id = capture_stack_id(*s, caller);
+    t_request.owner = s->owners.owner_of(t_request.stack_id, s->stacks);
+  } else {
+    const uint32_t gen = g_stack_generation.load(std::memory_order_relaxed);
+    if (t_caller.session != s || t_caller.caller != caller || t_caller.generation != gen) {
+      const uint32_t id = capture_stack_id(*s, caller);
+      t_caller = {s, caller, gen, id, s->owners.owner_of(id, s->stacks)};
+    }
+    t_request.stack_id = t_caller.stack_id;
+    t_request.owner = t_caller.owner;
+  }
   t_request.note = t_state.note;
   t_request.small = caching::round_size(a.conf(), bytes) <= (size_t{1} << 20);
   t_request.free_stack_id = 0;
@@ -39,11 +66,6 @@ bool each_allocator(Fn&& fn) {
   return context_table().any_of(fn);
 }
 
-CUcontext current_context() {
-  CUcontext ctx = nullptr;
-  if (auto get = real_fn<Hook::cuCtxGetCurrent, decltype(&::cuCtxGetCurrent)>()) get(&ctx);
-  return ctx;
-}
 
 }  // namespace
 
@@ -59,14 +81,15 @@ bool try_alloc(CUdeviceptr* dptr, size_t bytes, void* caller, CUresult* result) 
   HookScope scope;
   Session* s = scope.session();
   if (!s) return false;
-  CUcontext ctx = current_context();
+  // One cuCtxGetCurrent per call: current_device asks for the context and caches its device.
+  uint64_t cur = 0;
+  const int device = current_device(&cur);
+  CUcontext ctx = reinterpret_cast<CUcontext>(cur);
   if (!ctx) return false;  // the driver says what it says without a context
   if (!dptr || bytes == 0) {
     *result = CUDA_ERROR_INVALID_VALUE;  // as cuMemAlloc_v2 answers
     return true;
   }
-  uint64_t cur = 0;
-  const int device = current_device(&cur);
   caching::CachingAllocator* a = context_table().for_context(ctx, device);
   if (!a) return false;
   set_request(s, *a, bytes, caller);
@@ -153,7 +176,10 @@ void settle_pending_frees() {
   });
 }
 
-void after_fork_child() { context_table().abandon_after_fork(); }
+void after_fork_child() {
+  context_table().abandon_after_fork();
+  g_stack_generation.fetch_add(1, std::memory_order_relaxed);  // the child's stack table starts empty
+}
 
 void drop_context(CUcontext ctx) { context_table().take_down(ctx, true); }
 void forget_context(CUcontext ctx) { context_table().take_down(ctx, false); }
