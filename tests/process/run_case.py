@@ -2945,6 +2945,19 @@ def case_caching_bad_value(ctx):
 # The state file: a process that dies without its exit snapshot (docs/state-file.md)
 # --------------------------------------------------------------------------------------------
 
+def live_run_env(ctx, extra=None):
+    """A fresh run folder and the environment of a program started with Popen under memtrace (for
+    cases that watch it while it runs): its snapshot and state file in that folder."""
+    ctx.runs += 1
+    outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
+    os.makedirs(outdir)
+    e = ctx.base_env()
+    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload,
+              "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"), "MEMTRACE_STATE_DIR": outdir + "-state"})
+    e.update(extra or {})
+    return outdir, e
+
+
 def state_files(outdir):
     return sorted(glob.glob(os.path.join(outdir + "-state", "memtrace-*.state")))
 
@@ -3033,13 +3046,7 @@ def case_state_kill_threads(ctx):
     ctx.need_sim()
     ctx.need_cli()
     prog = ctx.program("state_death")
-    ctx.runs += 1
-    outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
-    os.makedirs(outdir)
-    e = ctx.base_env()
-    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload, "MEMTRACE_MAX_ENTRIES": "20000",
-              "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"),
-              "MEMTRACE_STATE_DIR": outdir + "-state"})
+    outdir, e = live_run_env(ctx, {"MEMTRACE_MAX_ENTRIES": "20000"})
     p = subprocess.Popen([prog, "threads"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          errors="replace")
     lines, allocs = [], 0
@@ -3243,13 +3250,8 @@ def case_state_top(ctx):
     ctx.need_sim()
     ctx.need_cli()
     prog = ctx.program("state_death")
-    ctx.runs += 1
-    outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
-    os.makedirs(outdir)
+    outdir, e = live_run_env(ctx)
     state_dir = outdir + "-state"
-    e = ctx.base_env()
-    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload,
-              "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"), "MEMTRACE_STATE_DIR": state_dir})
     p = subprocess.Popen([prog, "hold"], env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, errors="replace")
     try:
