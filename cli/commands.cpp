@@ -15,6 +15,7 @@ constexpr Command kCommands[] = {
     {"ranks", "one line per rank's snapshot in a directory, outliers highlighted", &cmd_ranks},
     {"replay", "replay a snapshot's allocations under other caching-allocator settings", &cmd_replay},
     {"recover", "the snapshot of a killed or crashed process, from its state file", &cmd_recover},
+    {"top", "what the running processes under memtrace hold now, refreshed each second", &cmd_top},
     {"report", "one self-contained HTML page: memory over time, live sets, leaks, segments", &cmd_report},
 };
 

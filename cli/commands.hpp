@@ -37,6 +37,7 @@ int cmd_ranks(int argc, char** argv);
 int cmd_replay(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_recover(int argc, char** argv);
+int cmd_top(int argc, char** argv);
 
 // <prefix>/bin/memtrace-recover, which `recover` and `run` start.
 std::string recover_program(const std::string& prefix);

@@ -2955,6 +2955,19 @@ def case_caching_bad_value(ctx):
 # The state file: a process that dies without its exit snapshot (docs/state-file.md)
 # --------------------------------------------------------------------------------------------
 
+def live_run_env(ctx, extra=None):
+    """A fresh run folder and the environment of a program started with Popen under memtrace (for
+    cases that watch it while it runs): its snapshot and state file in that folder."""
+    ctx.runs += 1
+    outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
+    os.makedirs(outdir)
+    e = ctx.base_env()
+    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload,
+              "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"), "MEMTRACE_STATE_DIR": outdir + "-state"})
+    e.update(extra or {})
+    return outdir, e
+
+
 def state_files(outdir):
     return sorted(glob.glob(os.path.join(outdir + "-state", "memtrace-*.state")))
 
@@ -3043,13 +3056,7 @@ def case_state_kill_threads(ctx):
     ctx.need_sim()
     ctx.need_cli()
     prog = ctx.program("state_death")
-    ctx.runs += 1
-    outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
-    os.makedirs(outdir)
-    e = ctx.base_env()
-    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload, "MEMTRACE_MAX_ENTRIES": "20000",
-              "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"),
-              "MEMTRACE_STATE_DIR": outdir + "-state"})
+    outdir, e = live_run_env(ctx, {"MEMTRACE_MAX_ENTRIES": "20000"})
     p = subprocess.Popen([prog, "threads"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          errors="replace")
     lines, allocs = [], 0
@@ -3242,6 +3249,66 @@ def case_state_run_recovers(ctx):
                      "MEMTRACE_STATE_DIR": os.path.join(ctx.tmp, "run-state")}, timeout=120)
     check(r.rc == 0 and "recovered" not in r.stderr, f"a clean run recovered something\n{r.describe()}")
     check(not glob.glob(os.path.join(ctx.tmp, "run-state", "*.state")), "state files were left behind")
+
+
+@case
+def case_state_top(ctx):
+    """memtrace top --once and --json against a program that holds 8 MiB on device 0 and blocks on
+    its stdin while top looks: the bytes, the peak, the call sites; a PID that is not under
+    memtrace, and one that does not exist: one line, exit status 2."""
+    ctx.need_preload()
+    ctx.need_sim()
+    ctx.need_cli()
+    prog = ctx.program("state_death")
+    outdir, e = live_run_env(ctx)
+    state_dir = outdir + "-state"
+    p = subprocess.Popen([prog, "hold"], env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        lines = []
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("READY"):
+                break
+        check(lines and lines[-1].startswith("READY"), f"the program did not get ready: {lines}")
+        held, _ = reported("".join(lines))
+        held_bytes = sum(held.values())
+        check(held_bytes == 8 << 20, f"the program says it holds {held_bytes} bytes")
+
+        def top(*args, env=None):
+            return subprocess.run([ctx.cli, "top", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, timeout=60, errors="replace", stdin=subprocess.DEVNULL,
+                                  env=env or {**ctx.base_env(), "MEMTRACE_STATE_DIR": state_dir})
+
+        t = top("--json", str(p.pid))
+        check(t.returncode == 0, f"top --json exited {t.returncode}: {t.stderr}")
+        doc = json.loads(t.stdout)
+        procs = doc["processes"]
+        check(len(procs) == 1 and procs[0]["pid"] == p.pid, f"top --json names {procs}")
+        dev = [d for d in procs[0]["devices"] if d["device"] == 0]
+        check(dev and dev[0]["allocated"] == held_bytes, f"device 0 allocated: {dev}")
+        check(dev[0]["allocated_peak"] == 10 << 20, f"device 0 peak (four blocks 1..4 MiB): {dev}")
+        check(sum(o["bytes"] for o in dev[0]["owners"]) == held_bytes, f"owners' bytes: {dev[0]['owners']}")
+        check(sum(s["bytes"] for s in dev[0]["sites"]) == held_bytes and
+              all(s["top_frame"] != "(no stack)" for s in dev[0]["sites"]), f"call sites: {dev[0]['sites']}")
+        check(procs[0]["events_per_s"] == 0, f"a process that blocks has events: {procs[0]}")
+        # Without a PID: every process found in the state folder (the top's own MEMTRACE_STATE_DIR),
+        # and the named PID's own MEMTRACE_STATE_DIR is found through its environment.
+        for args, env in ((["--once"], None), (["--once", str(p.pid)], {**ctx.base_env(), "MEMTRACE_STATE_DIR": "off"})):
+            t = top(*args, env=env)
+            check(t.returncode == 0 and f"pid {p.pid}" in t.stdout and "8.00 MiB" in t.stdout,
+                  f"top {args} exited {t.returncode}:\n{t.stdout}{t.stderr}")
+        # A live process not under memtrace (this one), one that does not exist.
+        for pid, words in ((os.getpid(), "not running under memtrace"), (4194304 + 7, "no process")):
+            t = top("--once", str(pid))
+            err = [l for l in t.stderr.splitlines() if l.strip()]
+            check(t.returncode == 2 and len(err) == 1 and words in err[0] and not t.stdout,
+                  f"top {pid}: exit {t.returncode}, stderr {t.stderr!r}, stdout {t.stdout!r}")
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    check(p.returncode == 0, f"the program exited {p.returncode}: {p.stderr.read()[-2000:]}")
+    check(not state_files(outdir), "the state file stayed after a clean exit")
 
 
 def main():

@@ -7,6 +7,8 @@
  *   segv | abort | term | term_handler | exit   a few allocations, then a null write, abort(),
  *             raise(SIGTERM) with no handler / with the program's own (it prints HANDLED and
  *             _exits 3), or _exit(5)
+ *   hold      the same allocations, then READY, and it waits for its stdin to close (for `memtrace
+ *             top` to look at a process that holds still), then ends normally
  * The driver (run_case.py) recovers the state file and compares its live set with these lines. */
 #include <pthread.h>
 #include <signal.h>
@@ -70,6 +72,13 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "abort") == 0) abort();
   if (strcmp(mode, "term") == 0 || strcmp(mode, "term_handler") == 0) raise(SIGTERM);
   if (strcmp(mode, "exit") == 0) _exit(5);
+  if (strcmp(mode, "hold") == 0) {
+    char c;
+    printf("READY\n");
+    fflush(stdout);
+    while (read(0, &c, 1) > 0) {
+    }
+  }
   printf("SURVIVED\n");
   return 0;
 }
