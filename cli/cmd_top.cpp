@@ -24,6 +24,7 @@
 
 #include "cli/analysis/human_size.hpp"
 #include "cli/commands.hpp"
+#include "cli/running.hpp"
 #include "state/state_paths.hpp"
 #include "state/state_peek.hpp"
 
@@ -42,53 +43,14 @@ struct Watched {
   double events_per_s = 0;
 };
 
-bool alive(long pid) { return pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
-
-// MEMTRACE_STATE_DIR as the process itself has it (its environment at exec), "" when unset.
-std::string state_dir_of(long pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::string var;
-  while (std::getline(f, var, '\0'))
-    if (var.rfind("MEMTRACE_STATE_DIR=", 0) == 0) return var.substr(19);
-  return "";
-}
-
-// "memtrace-PID.state" or "memtrace-PID-N.state": PID, or 0 for any other name.
-long pid_of_name(const std::string& name) {
-  if (name.rfind("memtrace-", 0) != 0 || name.size() < 16 || name.compare(name.size() - 6, 6, ".state") != 0)
-    return 0;
-  const std::string mid = name.substr(9, name.size() - 15);
-  size_t n = 0;
-  while (n < mid.size() && isdigit(static_cast<unsigned char>(mid[n]))) ++n;
-  if (n == 0 || (n < mid.size() && mid[n] != '-')) return 0;
-  return std::stol(mid.substr(0, n));
-}
-
-// The live processes' files in `dirs` (for `pids` only, when given), newest file per pid. Dead
-// processes' files are left for `memtrace recover`.
 std::vector<Watched> find_watched(const std::vector<std::string>& dirs, const std::vector<long>& pids) {
-  std::map<long, Watched> best;
-  for (const std::string& dir : dirs) {
-    DIR* d = opendir(dir.c_str());
-    if (!d) continue;
-    while (dirent* e = readdir(d)) {
-      const long pid = pid_of_name(e->d_name);
-      if (pid == 0 || !alive(pid)) continue;
-      if (!pids.empty() && std::find(pids.begin(), pids.end(), pid) == pids.end()) continue;
-      Watched w;
-      w.path = dir + "/" + e->d_name;
-      w.map = std::make_unique<state::PeekMap>();
-      std::string why;
-      if (!w.map->open(w.path, &why)) continue;
-      const state::Header& h = w.map->header();
-      if (h.pid != pid || h.state != state::kRunning) continue;
-      auto it = best.find(pid);
-      if (it == best.end() || it->second.map->header().start_us < h.start_us) best[pid] = std::move(w);
-    }
-    closedir(d);
-  }
   std::vector<Watched> out;
-  for (auto& [pid, w] : best) out.push_back(std::move(w));
+  for (Running& r : find_running(dirs, pids)) {
+    Watched w;
+    w.path = std::move(r.path);
+    w.map = std::move(r.map);
+    out.push_back(std::move(w));
+  }
   return out;
 }
 
@@ -287,17 +249,12 @@ int cmd_top(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  std::vector<std::string> dirs = state::configured_state_dirs();
-  for (long pid : pids) {
-    const std::string d = state_dir_of(pid);
-    if (!d.empty() && d != "off" && std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
-  }
+  const std::vector<std::string> dirs = state_dirs_for(pids);
   std::vector<Watched> ws = find_watched(dirs, pids);
   for (long pid : pids) {
     if (std::any_of(ws.begin(), ws.end(), [&](const Watched& w) { return w.now.pid == pid || w.map->header().pid == pid; }))
       continue;
-    if (!alive(pid)) std::fprintf(stderr, "memtrace top: no process %ld\n", pid);
-    else std::fprintf(stderr, "memtrace top: process %ld is not running under memtrace (no state file of it)\n", pid);
+    std::fprintf(stderr, "memtrace top: %s\n", not_running(pid).c_str());
     return kExitUsage;
   }
   for (Watched& w : ws) prime(&w);
@@ -326,7 +283,7 @@ int cmd_top(int argc, char** argv) {
         if (f.last_time.time_since_epoch().count() == 0) prime(&f);
       ws = std::move(fresh);
     } else {
-      ws.erase(std::remove_if(ws.begin(), ws.end(), [](const Watched& w) { return !alive(w.map->header().pid); }),
+      ws.erase(std::remove_if(ws.begin(), ws.end(), [](const Watched& w) { return !process_alive(w.map->header().pid); }),
                ws.end());
       if (ws.empty()) break;
     }

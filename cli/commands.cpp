@@ -16,6 +16,7 @@ constexpr Command kCommands[] = {
     {"replay", "replay a snapshot's allocations under other caching-allocator settings", &cmd_replay},
     {"recover", "the snapshot of a killed or crashed process, from its state file", &cmd_recover},
     {"top", "what the running processes under memtrace hold now, refreshed each second", &cmd_top},
+    {"snap", "ask a running process for a snapshot now and print its path when complete", &cmd_snap},
     {"report", "one self-contained HTML page: memory over time, live sets, leaks, segments", &cmd_report},
 };
 

@@ -38,6 +38,7 @@ int cmd_replay(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_recover(int argc, char** argv);
 int cmd_top(int argc, char** argv);
+int cmd_snap(int argc, char** argv);
 
 // <prefix>/bin/memtrace-recover, which `recover` and `run` start.
 std::string recover_program(const std::string& prefix);

@@ -12,6 +12,7 @@
 #include "core/log.hpp"
 #include "preload/dumps.hpp"
 #include "preload/session.hpp"
+#include "preload/state_session.hpp"
 
 namespace memtrace::preload {
 
@@ -180,10 +181,12 @@ void check_dump_signal(bool at_exit) {
   struct sigaction cur {};
   if (!g_warned_replaced.load(std::memory_order_relaxed) && sigaction(g_signal, nullptr, &cur) == 0) {
     bool ours = (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == &on_signal;
-    if (!ours && !g_warned_replaced.exchange(true))
+    if (!ours && !g_warned_replaced.exchange(true)) {
+      note_dump_signal_off();
       log::warn("MEMTRACE_SIGNAL: the program replaced memtrace's handler for signal {}; snapshots on that "
                 "signal are off (choose one the program leaves alone with MEMTRACE_SIGNAL)",
                 g_signal);
+    }
   }
   if (g_warned_blocked.load(std::memory_order_relaxed)) return;
   sigset_t pending;

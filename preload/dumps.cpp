@@ -120,6 +120,7 @@ bool take_dump(Session& s, DumpKind kind, std::string_view explicit_path, output
     if (!at_exit && rep->written && s.config.summary)
       log::cold().info("{} snapshot: {} ({} bytes, {:.2f} s)", output::dump_kind_name(kind), rep->path,
                        rep->bytes, rep->seconds);
+    if (rep->written && !at_exit) note_snapshot_written(rep->path);
     if (rep->written && kind == DumpKind::Interval) keep_last_interval_dumps(s, rep->path);
     if (rep->written && s.config.report) report_of = rep->path;
   }

@@ -48,6 +48,7 @@ void start_state_file(Session& s) {
   m->on_new_stack = &modules_changed;
   s.stacks.set_mirror(m);
   g_file = f;
+  f->note_dump_signal(s.config.dump_signal);
   f->record_modules();
   log::cold().debug("state file: {}", f->path());
 }
@@ -70,6 +71,14 @@ void state_file_after_fork() {
   g_file->forget();
   g_file = nullptr;
   forget_state_signal_handlers();
+}
+
+void note_dump_signal_off() {
+  if (g_file) g_file->note_dump_signal(0);
+}
+
+void note_snapshot_written(const std::string& path) {
+  if (g_file) g_file->note_snapshot(path);
 }
 
 const char* state_file_path() { return g_file && !g_file->path().empty() ? g_file->path().c_str() : ""; }

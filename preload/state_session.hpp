@@ -2,6 +2,7 @@
 // outlives a process that is killed or crashes; removed once the exit snapshot is written; left to
 // its parent by a forked child.
 #pragma once
+#include <string>
 
 namespace memtrace::preload {
 
@@ -19,6 +20,10 @@ void watch_fatal_signals();
 void end_state_file(bool snapshot_written);
 // In a forked child: the file is the parent's.
 void state_file_after_fork();
+// The program took the dump signal over: `memtrace snap` must not send it.
+void note_dump_signal_off();
+// A snapshot was written while the program runs: its path, for `memtrace snap` to hand on.
+void note_snapshot_written(const std::string& path);
 // The path of this process's state file, "" when it has none.
 const char* state_file_path();
 

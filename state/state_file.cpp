@@ -222,6 +222,18 @@ void StateFile::record_modules() {
   }
 }
 
+void StateFile::note_snapshot(const std::string& path) const {
+  if (!header_) return;
+  // A path too long for the field is not given half: `memtrace snap` then says it has no path.
+  const size_t n = path.size() < sizeof header_->last_snapshot ? path.size() : 0;
+  const uint64_t q = header_->snapshot_seq.load(std::memory_order_relaxed);
+  header_->snapshot_seq.store(q + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(header_->last_snapshot, path.data(), n);
+  header_->last_snapshot[n] = '\0';
+  header_->snapshot_seq.store(q + 2, std::memory_order_release);
+}
+
 void StateFile::sync() const {
   if (header_) msync(header_, bytes_, MS_ASYNC);
 }

@@ -45,6 +45,12 @@ class StateFile {
   void note_signal(int sig) const {
     if (header_) header_->fatal_signal.store(sig, std::memory_order_relaxed);
   }
+  // The signal that asks for a snapshot (0: none), for `memtrace snap` to send.
+  void note_dump_signal(int sig) const {
+    if (header_) header_->dump_signal.store(sig, std::memory_order_release);
+  }
+  // A snapshot is complete at `path` (cold: one per snapshot; snapshots are written one at a time).
+  void note_snapshot(const std::string& path) const;
   // Async-signal-safe: asks the kernel to write the mapping back (only a power cut needs it; the
   // page cache keeps a killed process's writes).
   void sync() const;

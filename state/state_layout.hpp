@@ -13,7 +13,7 @@
 namespace memtrace::state {
 
 inline constexpr char kMagic[8] = {'M', 'T', 'S', 'T', 'A', 'T', 'E', '\n'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2 added the snapshot fields (`memtrace snap`)
 inline constexpr size_t kPage = 4096;
 
 // The bounds that, with MEMTRACE_MAX_ENTRIES, fix the file's size (README, "The state file").
@@ -69,6 +69,12 @@ struct Header {
   std::atomic<uint64_t> modules_published;
   std::atomic<uint64_t> unknown_frees;    // copied at times; informational
   std::atomic<int32_t> fatal_signal;      // the signal that was ending the process (0: none seen)
+  // For `memtrace snap` (docs/state-file.md, "Asking for a snapshot"): the signal that writes a
+  // snapshot (MEMTRACE_SIGNAL, 0: none), and the last snapshot written while the program runs.
+  // snapshot_seq is odd while last_snapshot changes and counts two per snapshot.
+  std::atomic<int32_t> dump_signal;
+  std::atomic<uint64_t> snapshot_seq;
+  char last_snapshot[2048];
 };
 static_assert(sizeof(Header) <= kPage);
 inline constexpr uint32_t kRunning = 1;

@@ -76,6 +76,25 @@ class PeekMap {
   }
 
   const Header& header() const { return *static_cast<const Header*>(p_); }
+  // The signal that asks the process for a snapshot, 0 when it has none (or took it over).
+  int dump_signal() const { return header().dump_signal.load(std::memory_order_acquire); }
+  // How many snapshots the process has written while running, and the last one's path (""
+  // when there is none, or it was being noted at every try).
+  uint64_t snapshots(std::string* last) const {
+    const Header& h = header();
+    for (int tries = 0; tries < 1000; ++tries) {
+      const uint64_t q = h.snapshot_seq.load(std::memory_order_acquire);
+      if (q & 1) continue;
+      const char* p = h.last_snapshot;
+      std::string path(p, strnlen(p, sizeof h.last_snapshot));
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (h.snapshot_seq.load(std::memory_order_relaxed) != q) continue;
+      *last = std::move(path);
+      return q / 2;
+    }
+    last->clear();
+    return h.snapshot_seq.load(std::memory_order_acquire) / 2;
+  }
   uint64_t ring_total() const { return header().ring_total.load(std::memory_order_acquire); }
 
   // One look. Counters are plain values written under the ring lock with each event: a copy is

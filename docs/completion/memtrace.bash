@@ -11,7 +11,7 @@
 # an option added to a command fails that test until it is added here (and to docs/man/memtrace.1.in).
 # `declare -g`: bash-completion sources this file inside a function.
 
-declare -g _memtrace_commands="run summary peak leaks diff merge flamegraph ranks replay report recover top help version"
+declare -g _memtrace_commands="run summary peak leaks diff merge flamegraph ranks replay report recover top snap help version"
 declare -gA _memtrace_options=(
   [run]="--sim -o --output --no-summary --stacks -h --help"
   [summary]="--json --device --frames --by --lenient -h --help"
@@ -25,6 +25,7 @@ declare -gA _memtrace_options=(
   [report]="--device -o --json --lenient -h --help"
   [recover]="-o --output -h --help"
   [top]="--once --json -h --help"
+  [snap]="-o --timeout -h --help"
 )
 # Options that take a value, and the values that can be listed ("" = nothing to offer: a number).
 declare -gA _memtrace_values=(
@@ -45,7 +46,7 @@ declare -g _memtrace_repeatable=" --alloc-conf "
 # What the positional arguments are: snapshot files, a directory, commands, or the program to run.
 declare -gA _memtrace_operands=(
   [run]=program [summary]=snapshot [peak]=snapshot [leaks]=snapshot [diff]=snapshot [merge]=snapshot
-  [flamegraph]=snapshot [ranks]=directory [replay]=snapshot [report]=snapshot [recover]=state [top]=none [help]=command [version]=none
+  [flamegraph]=snapshot [ranks]=directory [replay]=snapshot [report]=snapshot [recover]=state [top]=none [snap]=none [help]=command [version]=none
 )
 # The keys of --alloc-conf (PYTORCH_CUDA_ALLOC_CONF syntax plus memtrace's own), with their values
 # where they are a fixed few. Checked against core/caching/alloc_conf.cpp by the same test.
