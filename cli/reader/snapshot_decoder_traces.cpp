@@ -282,7 +282,10 @@ bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs
     if (pool_size_ >= UINT32_MAX - kChunk || !entry_from_pairs(kv, n_pairs, &e, &why, &kept)) return false;
     if (pool_size_ == chunk_start(static_cast<uint32_t>(pool_.size()))) {
       size_t bytes = chunk_capacity(static_cast<uint32_t>(pool_.size())) * sizeof(TraceEntry);
-      void* p = bytes >= (size_t{2} << 20) ? std::aligned_alloc(size_t{2} << 20, bytes) : std::malloc(bytes);
+      constexpr size_t kHuge = size_t{2} << 20;
+      // aligned_alloc wants a size that is a multiple of the alignment (48-byte entries are not).
+      if (bytes >= kHuge) bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+      void* p = bytes >= kHuge ? std::aligned_alloc(kHuge, bytes) : std::malloc(bytes);
       if (!p) throw std::bad_alloc();
       pickle::advise_huge_pages(p, bytes);
       pool_.emplace_back(static_cast<TraceEntry*>(p));

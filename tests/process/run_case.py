@@ -2962,7 +2962,8 @@ def live_run_env(ctx, extra=None):
     outdir = os.path.join(ctx.tmp, f"run{ctx.runs:03d}")
     os.makedirs(outdir)
     e = ctx.base_env()
-    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": ctx.preload,
+    first = os.environ.get("MEMTRACE_TEST_PRELOAD_FIRST")  # a sanitizer's runtime (scripts/test-sanitizers.sh)
+    e.update({"LD_LIBRARY_PATH": ctx.sim, "LD_PRELOAD": (first + " " if first else "") + ctx.preload,
               "MEMTRACE_OUTPUT": os.path.join(outdir, "snapshot-%p.pickle"), "MEMTRACE_STATE_DIR": outdir + "-state"})
     e.update(extra or {})
     return outdir, e
