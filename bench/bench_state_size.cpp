@@ -34,12 +34,13 @@ int main() {
   }
   memtrace::state::Header h{};
   memtrace::state::plan_layout(0, &h);
-  std::printf("fixed part: %llu live slots x %zu B, %llu stacks x 8 B + %llu addresses x 8 B, %llu modules x %zu B; "
-              "the ring adds %zu B per entry\n",
+  std::printf("fixed part: %llu live slots x %zu B, %llu stacks x 8 B + %llu addresses x 8 B, %llu modules x %zu B, "
+              "%llu owner names x %zu B; the ring adds %zu B per entry\n",
               static_cast<unsigned long long>(h.live.count), sizeof(memtrace::LiveSlot),
               static_cast<unsigned long long>(h.stack_records.count),
               static_cast<unsigned long long>(h.stack_frames.count), static_cast<unsigned long long>(h.modules.count),
-              sizeof(memtrace::state::ModuleEntry), sizeof(memtrace::TraceEntry));
+              sizeof(memtrace::state::ModuleEntry), static_cast<unsigned long long>(h.owners.count),
+              sizeof(memtrace::OwnerName), sizeof(memtrace::TraceEntry));
   rmdir(dir);
   return 0;
 }

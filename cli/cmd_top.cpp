@@ -1,7 +1,7 @@
 // memtrace top [PID...] [--once] [--json]: what the processes running under memtrace hold now, read
 // from their state files (docs/state-file.md) through a read-only mapping: the program is never
-// stopped or slowed. Call sites are shown as their raw top frame (object + offset): symbolizing
-// needs elfutils, which bin/memtrace does not link (`memtrace snap` gives a symbolized snapshot).
+// stopped or slowed. Call sites are named by a memtrace-recover helper (cli/site_namer.hpp), since
+// bin/memtrace links no symbolizer; without it they are their raw top frame (object + offset).
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,6 +25,7 @@
 #include "cli/analysis/human_size.hpp"
 #include "cli/commands.hpp"
 #include "cli/running.hpp"
+#include "cli/site_namer.hpp"
 #include "state/state_paths.hpp"
 #include "state/state_peek.hpp"
 
@@ -41,6 +42,7 @@ struct Watched {
   uint64_t last_total = 0;
   std::chrono::steady_clock::time_point last_time;
   double events_per_s = 0;
+  std::unique_ptr<SiteNamer> namer;
 };
 
 std::vector<Watched> find_watched(const std::vector<std::string>& dirs, const std::vector<long>& pids) {
@@ -49,6 +51,7 @@ std::vector<Watched> find_watched(const std::vector<std::string>& dirs, const st
     Watched w;
     w.path = std::move(r.path);
     w.map = std::move(r.map);
+    w.namer = std::make_unique<SiteNamer>(w.path);
     out.push_back(std::move(w));
   }
   return out;
@@ -78,6 +81,18 @@ std::string frame_name(const state::Peek& p, uint32_t stack_id) {
       return fmt::format("{}+0x{:x}", base ? base + 1 : m.path, a - m.bias);
     }
   return fmt::format("0x{:x}", a);
+}
+
+// The owner's name as the process named it; an id not published yet shows as its number.
+std::string owner_name(const state::Peek& p, uint16_t id) {
+  return id < p.owner_names.size() && !p.owner_names[id].empty() ? p.owner_names[id] : fmt::format("owner {}", id);
+}
+
+// A call site by its function and line where the helper can name it, by its raw frame otherwise.
+std::string site_name(Watched& w, uint32_t stack_id) {
+  const std::string raw = frame_name(w.now, stack_id);
+  if (stack_id == 0 || stack_id > w.now.top_frame.size() || w.now.top_frame[stack_id - 1] == 0) return raw;
+  return w.namer->name(w.now.top_frame[stack_id - 1], raw);
 }
 
 struct Site {
@@ -121,9 +136,9 @@ std::string pct(uint64_t part, uint64_t whole) {
   return whole ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole)) : "-";
 }
 
-std::string text_frame(const std::vector<Watched>& ws) {
+std::string text_frame(std::vector<Watched>& ws) {
   std::string s;
-  for (const Watched& w : ws) {
+  for (Watched& w : ws) {
     const state::Peek& p = w.now;
     s += fmt::format("pid {}  {}{}{}  events/s {:.0f}\n", p.pid, p.program, p.rank.empty() ? "" : "  rank ",
                      p.rank, w.events_per_s);
@@ -134,10 +149,10 @@ std::string text_frame(const std::vector<Watched>& ws) {
       uint64_t live = 0;
       for (const auto& [o, b] : v.owners) live += b;
       for (const auto& [o, b] : v.owners)
-        s += fmt::format("    owner {:<4} {:>12} {:>6}\n", o, analysis::human_bytes(b), pct(b, live));
+        s += fmt::format("    {:<24} {:>12} {:>6}\n", owner_name(p, o), analysis::human_bytes(b), pct(b, live));
       for (const Site& site : v.sites)
         s += fmt::format("    {:>12} in {:>6} blocks  {}\n", analysis::human_bytes(site.bytes), site.count,
-                         frame_name(p, site.stack_id));
+                         site_name(w, site.stack_id));
     }
     if (!p.counters_steady) s += "  (counters changing too fast to copy whole; shown as last read)\n";
   }
@@ -155,7 +170,7 @@ std::string json_string(const std::string& v) {
   return o + "\"";
 }
 
-std::string json_frame(const std::vector<Watched>& ws) {
+std::string json_frame(std::vector<Watched>& ws) {
   std::string s = "{\"processes\": [";
   for (size_t i = 0; i < ws.size(); ++i) {
     const state::Peek& p = ws[i].now;
@@ -172,13 +187,15 @@ std::string json_frame(const std::vector<Watched>& ws) {
                        v.reserved.peak);
       bool first = true;
       for (const auto& [o, b] : v.owners) {
-        s += fmt::format("{}{{\"owner\": {}, \"bytes\": {}}}", first ? "" : ", ", o, b);
+        s += fmt::format("{}{{\"owner\": {}, \"id\": {}, \"bytes\": {}}}", first ? "" : ", ",
+                         json_string(owner_name(p, o)), o, b);
         first = false;
       }
       s += "], \"sites\": [";
       for (size_t j = 0; j < v.sites.size(); ++j)
-        s += fmt::format("{}{{\"bytes\": {}, \"blocks\": {}, \"top_frame\": {}}}", j ? ", " : "", v.sites[j].bytes,
-                         v.sites[j].count, json_string(frame_name(p, v.sites[j].stack_id)));
+        s += fmt::format("{}{{\"bytes\": {}, \"blocks\": {}, \"top_frame\": {}, \"function\": {}}}", j ? ", " : "",
+                         v.sites[j].bytes, v.sites[j].count, json_string(frame_name(p, v.sites[j].stack_id)),
+                         json_string(site_name(ws[i], v.sites[j].stack_id)));
       s += "]}";
     }
     s += "]}";
@@ -226,8 +243,8 @@ void usage(std::FILE* out) {
                "usage: memtrace top [PID...] [--once] [--json]\n"
                "  Every process running under memtrace (found through its state file, in\n"
                "  MEMTRACE_STATE_DIR or the default folders), or the ones named: per device,\n"
-               "  current and peak bytes, owners' shares, the largest live call sites (raw top\n"
-               "  frame), events per second. Refreshed each second; q quits.\n"
+               "  current and peak bytes, owners' shares, the largest live call sites (function\n"
+               "  and line of their top frame), events per second. Refreshed each second; q quits.\n"
                "  --once   print one frame and exit\n"
                "  --json   print one JSON document and exit\n");
 }

@@ -34,6 +34,11 @@ struct LiveSlot {
   AllocRecord rec;
 };
 
+// One owner's name (preload's OwnerTable interns them), NUL-terminated; a longer name is cut.
+struct OwnerName {
+  char text[248];
+};
+
 // Where the recorder keeps its ring, counters and live slots when a state file is attached. Every
 // pointer is into one shared mapping that outlives the recorder's use of it.
 struct StateMemory {
@@ -44,6 +49,10 @@ struct StateMemory {
   LiveSlot* live = nullptr;
   uint64_t live_slots = 0;                         // split evenly between the registry's shards
   std::atomic<uint64_t>* live_unrecorded = nullptr;  // live records that found no free slot
+  // Owner names by id (kMaxOwners of them), written by whoever names owners; ids below
+  // owners_published are complete.
+  OwnerName* owner_names = nullptr;
+  std::atomic<uint64_t>* owners_published = nullptr;
 };
 
 }  // namespace memtrace

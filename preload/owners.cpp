@@ -3,6 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "unwind/module_map.hpp"
 #include "unwind/owner.hpp"
 #include "unwind/stack_table.hpp"
@@ -33,11 +36,35 @@ uint16_t OwnerTable::intern(const std::string& name) {
   for (int i = 0; i < count_; ++i)
     if (names_[i] == name) return static_cast<uint16_t>(i);
   if (count_ == kMaxOwners - 1) {
-    names_[count_++] = "(other owners)";
+    names_[count_] = "(other owners)";
+    publish(count_++);
   }
   if (count_ >= kMaxOwners) return static_cast<uint16_t>(kMaxOwners - 1);
   names_[count_] = name;
+  publish(count_);
   return static_cast<uint16_t>(count_++);
+}
+
+// Under lock_ (or before any other thread can name owners). The name is written before the count
+// that covers it is stored, so a reader never takes a half-written one.
+void OwnerTable::publish(int id) {
+  if (!mirror_) return;
+  char* out = mirror_[id].text;
+  const size_t n = std::min(names_[id].size(), sizeof mirror_[id].text - 1);
+  std::memcpy(out, names_[id].data(), n);
+  out[n] = '\0';
+  published_->store(static_cast<uint64_t>(id) + 1, std::memory_order_release);
+}
+
+void OwnerTable::attach_state(OwnerName* names, std::atomic<uint64_t>* published) {
+  SpinGuard g(lock_);
+  mirror_ = names;
+  published_ = published;
+  if (!mirror_ || !published_) {
+    mirror_ = nullptr;
+    return;
+  }
+  for (int i = 0; i < count_; ++i) publish(i);
 }
 
 uint16_t OwnerTable::owner_of(uint32_t stack_id, const unwind::StackTable& stacks) {
@@ -72,6 +99,8 @@ void OwnerTable::clear() {
   if (by_stack_) madvise(by_stack_, by_stack_len_ * sizeof(std::atomic<uint16_t>), MADV_DONTNEED);
   for (int i = 1; i < count_; ++i) names_[i].clear();
   count_ = 1;
+  mirror_ = nullptr;  // the state file is the parent's
+  published_ = nullptr;
 }
 
 }  // namespace memtrace::preload

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/records.hpp"
+#include "core/state_memory.hpp"
 #include "core/spinlock.hpp"
 #include "unwind/module_map.hpp"
 
@@ -33,9 +34,13 @@ class OwnerTable {
   // Names by id; index 0 is "unknown".
   std::vector<std::string> names();
   void clear();  // forked child
+  // Names are also written to `names` (kMaxOwners of them, the state file's) as ids are handed
+  // out, with `published` stored after each: a reader of the file names owners as this table does.
+  void attach_state(OwnerName* names, std::atomic<uint64_t>* published);
 
  private:
   uint16_t intern(const std::string& name);
+  void publish(int id);
 
   std::atomic<uint16_t>* by_stack_ = nullptr;  // id + 1 per stack id, 0 = not worked out yet
   size_t by_stack_len_ = 0;
@@ -44,6 +49,8 @@ class OwnerTable {
   int count_ = 1;
   unwind::ModuleMap* modules_ = nullptr;
   std::string exe_;
+  OwnerName* mirror_ = nullptr;
+  std::atomic<uint64_t>* published_ = nullptr;
 };
 
 }  // namespace memtrace::preload

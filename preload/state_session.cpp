@@ -44,6 +44,7 @@ void start_state_file(Session& s) {
     return;
   }
   s.recorder.attach_state(f->memory());
+  s.owners.attach_state(f->memory().owner_names, f->memory().owners_published);
   unwind::StackMirror* m = f->stack_mirror();
   m->on_new_stack = &modules_changed;
   s.stacks.set_mirror(m);

@@ -22,11 +22,6 @@
 #   process.deep_bind             the sanitizer's runtime refuses dlopen(RTLD_DEEPBIND) outright
 #   process.state_segv process.state_run_recovers  the program faults on purpose and must die by
 #                                 SIGSEGV; the sanitizer's own SEGV handler reports it and exits 1
-#   process.state_kill_threads    NOT the sanitizer's: a KNOWN BUG (issue 16). Under the sanitizer's
-#                                 slowdown a SIGKILL lands mid-event more often, and the recovered
-#                                 history can then hold a segment_alloc the checker refuses (its
-#                                 block outlives the undo). It runs in scripts/test.sh; fix
-#                                 reconcile() in state/state_reader.cpp, then put it back here
 #   process.cli_* process.example_* process.caching_example install_layout consumer_memory_viz browser_report_pages
 #   browser_memory_viz
 #                                 run programs of the installed tree, built without the runtime
@@ -54,4 +49,4 @@ export MEMTRACE_TEST_PRELOAD_FIRST="$runtime"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j"$(nproc)" --timeout 300 \
-      -E '^(process\.(stack_paths|signal_fault_refused|state_segv|state_run_recovers|state_kill_threads|glue_dlsym|secure_execution|deep_bind|cli_.*|example_.*|caching_example)|install_layout|consumer_memory_viz|browser_report_pages|browser_memory_viz)$'
+      -E '^(process\.(stack_paths|signal_fault_refused|state_segv|state_run_recovers|glue_dlsym|secure_execution|deep_bind|cli_.*|example_.*|caching_example)|install_layout|consumer_memory_viz|browser_report_pages|browser_memory_viz)$'

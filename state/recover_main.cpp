@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "output/dump.hpp"
+#include "state/site_names.hpp"
 #include "state/state_reader.hpp"
 #include "unwind/stack_table.hpp"
 #include "unwind/symbolizer.hpp"
@@ -60,12 +61,12 @@ void renumber_stacks(memtrace::state::Recovered* r, memtrace::unwind::StackTable
   r->state.stack_table_bytes = table->memory_bytes();
 }
 
-// Owner names lived in the dead process's heap; each owner id is named again from the stack of a
-// live record that carries it (the owner of a stack does not change). Ids no live record carries
-// stay unnamed.
+// Owner names come from the file; an id it had not published yet (the process stopped while
+// naming it) is named again from the stack of a live record that carries it (the owner of a stack
+// does not change). Ids no live record carries stay unnamed.
 void name_owners(memtrace::state::Recovered* r, memtrace::output::FrameSource& frames) {
   std::vector<std::string>& names = r->state.owner_names;
-  names.assign(memtrace::kMaxOwners, std::string());
+  names.resize(memtrace::kMaxOwners);
   for (const memtrace::AllocRecord& a : r->state.live)
     if (a.owner < names.size() && names[a.owner].empty() && a.stack_id) names[a.owner] = frames.owner(a.stack_id);
   while (!names.empty() && names.back().empty()) names.pop_back();
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     }
+    // memtrace top's helper protocol (state/site_names.hpp), not a user's option: left out of --help.
+    if (a == "--names" && i + 1 < argc) return memtrace::state::serve_site_names(argv[i + 1], stdin, stdout);
     if ((a == "-o" || a == "--output") && i + 1 < argc) {
       out = argv[++i];
     } else if (a.starts_with("-") && a != "-") {

@@ -85,6 +85,7 @@ uint64_t plan_layout(uint64_t ring_entries, Header* h) {
   place(&h->stack_records, kMirrorStacks, sizeof(uint64_t));
   place(&h->stack_frames, kMirrorFrames, sizeof(uintptr_t));
   place(&h->modules, kModules, sizeof(ModuleEntry));
+  place(&h->owners, kMaxOwners, sizeof(OwnerName));
   return at;
 }
 
@@ -146,6 +147,7 @@ bool StateFile::create_in(const std::string& dir, bool is_default, const CreateO
   h->stack_records = plan.stack_records;
   h->stack_frames = plan.stack_frames;
   h->modules = plan.modules;
+  h->owners = plan.owners;
   h->version = kFormatVersion;
   h->header_bytes = sizeof(Header);
   h->file_bytes = bytes;
@@ -154,6 +156,7 @@ bool StateFile::create_in(const std::string& dir, bool is_default, const CreateO
   h->slot_bytes = sizeof(LiveSlot);
   h->counters_bytes = sizeof(UsageCounters);
   h->module_bytes = sizeof(ModuleEntry);
+  h->owner_bytes = sizeof(OwnerName);
   h->pid = pid;
   h->uid = getuid();
   h->state = kRunning;
@@ -189,6 +192,8 @@ StateMemory StateFile::memory() const {
   m.live = reinterpret_cast<LiveSlot*>(base + header_->live.offset);
   m.live_slots = header_->live.count;
   m.live_unrecorded = &header_->live_unrecorded;
+  m.owner_names = reinterpret_cast<OwnerName*>(base + header_->owners.offset);
+  m.owners_published = &header_->owners_published;
   return m;
 }
 

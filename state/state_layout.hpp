@@ -13,7 +13,7 @@
 namespace memtrace::state {
 
 inline constexpr char kMagic[8] = {'M', 'T', 'S', 'T', 'A', 'T', 'E', '\n'};
-inline constexpr uint32_t kFormatVersion = 2;  // 2 added the snapshot fields (`memtrace snap`)
+inline constexpr uint32_t kFormatVersion = 3;  // 2 added the snapshot fields, 3 the owner names
 inline constexpr size_t kPage = 4096;
 
 // The bounds that, with MEMTRACE_MAX_ENTRIES, fix the file's size (README, "The state file").
@@ -45,7 +45,7 @@ struct Header {
   uint32_t header_bytes;  // sizeof(Header)
   uint64_t file_bytes;    // the whole file, as created
   // The element sizes this build wrote with: a reader refuses a file whose sizes differ.
-  uint32_t entry_bytes, record_bytes, slot_bytes, counters_bytes, module_bytes, unused0;
+  uint32_t entry_bytes, record_bytes, slot_bytes, counters_bytes, module_bytes, owner_bytes;
   int64_t pid;
   uint32_t uid;
   uint32_t state;  // kRunning until the process ends cleanly (then the file is removed)
@@ -62,11 +62,13 @@ struct Header {
   Section stack_records;  // uint64_t[count] (StackMirror)
   Section stack_frames;   // uintptr_t[count]
   Section modules;        // ModuleEntry[count]
+  Section owners;         // OwnerName[count], by owner id
 
   std::atomic<uint64_t> ring_total;       // entries pushed so far (the ring's sequence number)
   std::atomic<uint64_t> live_unrecorded;  // live allocations that found no slot
   std::atomic<uint64_t> stacks_published; // stack ids whose record is written
   std::atomic<uint64_t> modules_published;
+  std::atomic<uint64_t> owners_published;  // owner ids whose name is written
   std::atomic<uint64_t> unknown_frees;    // copied at times; informational
   std::atomic<int32_t> fatal_signal;      // the signal that was ending the process (0: none seen)
   // For `memtrace snap` (docs/state-file.md, "Asking for a snapshot"): the signal that writes a

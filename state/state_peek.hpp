@@ -26,6 +26,7 @@ struct Peek {
   std::vector<AllocRecord> live;  // complete slots only
   std::vector<uintptr_t> top_frame;  // by stack id - 1: its first return address, 0 if unknown
   std::vector<ModuleEntry> modules;  // path and range only are used
+  std::vector<std::string> owner_names;  // by owner id, those published so far
 };
 
 class PeekMap {
@@ -62,7 +63,7 @@ class PeekMap {
     if (h.version != kFormatVersion) return fail(why, path + ": format version " + std::to_string(h.version));
     if (h.header_bytes != sizeof(Header) || h.entry_bytes != sizeof(TraceEntry) ||
         h.slot_bytes != sizeof(LiveSlot) || h.counters_bytes != sizeof(UsageCounters) ||
-        h.module_bytes != sizeof(ModuleEntry))
+        h.module_bytes != sizeof(ModuleEntry) || h.owner_bytes != sizeof(OwnerName))
       return fail(why, path + ": written by another memtrace build");
     if (h.file_bytes != n_) return fail(why, path + ": truncated");
     auto fits = [&](const Section& s, uint64_t elem) {
@@ -70,7 +71,7 @@ class PeekMap {
     };
     if (!fits(h.counters, sizeof(UsageCounters)) || h.counters.count < 1 || !fits(h.live, sizeof(LiveSlot)) ||
         !fits(h.stack_records, sizeof(uint64_t)) || !fits(h.stack_frames, sizeof(uintptr_t)) ||
-        !fits(h.modules, sizeof(ModuleEntry)))
+        !fits(h.modules, sizeof(ModuleEntry)) || !fits(h.owners, sizeof(OwnerName)))
       return fail(why, path + ": truncated");
     return true;
   }
@@ -145,6 +146,10 @@ class PeekMap {
     const uint64_t m = std::min(h.modules_published.load(std::memory_order_acquire), h.modules.count);
     const auto* mods = reinterpret_cast<const ModuleEntry*>(base + h.modules.offset);
     out->modules.assign(mods, mods + m);
+    const uint64_t o = std::min(h.owners_published.load(std::memory_order_acquire), h.owners.count);
+    const auto* names = reinterpret_cast<const OwnerName*>(base + h.owners.offset);
+    out->owner_names.clear();
+    for (uint64_t i = 0; i < o; ++i) out->owner_names.emplace_back(names[i].text, strnlen(names[i].text, sizeof names[i].text));
   }
 
  private:

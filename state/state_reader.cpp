@@ -9,13 +9,13 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "core/clock.hpp"
 #include "core/recorder.hpp"
 #include "state/state_layout.hpp"
+#include "state/state_reconcile.hpp"
 
 namespace memtrace::state {
 
@@ -76,52 +76,6 @@ void read_ring(const char* base, const Header& h, StateCopy* c) {
   }
 }
 
-// Live slots and ring are written one after the other, under different locks, so a process that
-// stopped in the middle of calls (one per thread at most) may have a slot without its ring entries
-// or ring entries without their slot. The history decides for every address it names (the ring
-// lock orders all events), the slots for the others. Only the last event in the ring can be half
-// written: a trailing segment_alloc without its alloc, or a free group cut short, is dropped.
-// memtrace's caching allocator's records are left as the slots have them.
-void reconcile(StateCopy* c) {
-  using format::Action;
-  auto& t = c->trace;
-  auto plain = [](const TraceEntry& e) { return e.kind != MemKind::Cached; };
-  if (!t.empty() && plain(t.back()) && t.back().action == Action::SegmentAlloc) t.pop_back();
-  while (!t.empty() && plain(t.back()) &&
-         (t.back().action == Action::FreeRequested || t.back().action == Action::FreeCompleted))
-    t.pop_back();
-  std::unordered_map<uint64_t, size_t> last;  // address -> index of its last alloc or segment_free
-  for (size_t i = 0; i < t.size(); ++i)
-    if (plain(t[i]) && (t[i].action == Action::Alloc || t[i].action == Action::SegmentFree)) last[t[i].addr] = i;
-  std::unordered_map<uint64_t, size_t> live_at;
-  for (size_t i = 0; i < c->live.size(); ++i)
-    if (c->live[i].kind != MemKind::Cached) live_at[c->live[i].addr] = i;
-  std::vector<bool> drop(c->live.size(), false);
-  for (const auto& [addr, i] : last) {
-    auto it = live_at.find(addr);
-    if (t[i].action == Action::SegmentFree) {
-      if (it != live_at.end()) drop[it->second] = true;  // its slot was taken after this free
-    } else if (it == live_at.end()) {
-      AllocRecord r;  // its slot was dropped, its free not recorded yet: still the program's
-      const TraceEntry& e = t[i];
-      r.addr = e.addr;
-      r.requested = e.size;
-      r.size = i > 0 && t[i - 1].action == Action::SegmentAlloc && t[i - 1].addr == addr ? t[i - 1].size : e.size;
-      r.stream = e.stream;
-      r.time_us = e.time_us;
-      r.stack_id = e.stack_id;
-      r.device = e.device;
-      r.kind = e.kind;
-      c->live.push_back(r);
-      drop.push_back(false);
-    }
-  }
-  size_t k = 0;
-  for (size_t i = 0; i < c->live.size(); ++i)
-    if (!drop[i]) c->live[k++] = c->live[i];
-  c->live.resize(k);
-}
-
 void read_counters(const char* base, const Header& h, StateCopy* c) {
   const UsageCounters& u = *reinterpret_cast<const UsageCounters*>(base + h.counters.offset);
   for (int i = 0; i < kMaxDevices; ++i) c->device[i] = u.reserved[i];
@@ -144,7 +98,15 @@ void read_stacks(const char* base, const Header& h, Recovered* out) {
   out->state.distinct_stacks = n;
 }
 
-void read_modules(const char* base, const Header& h, Recovered* out) {
+// Names of owner ids below owners_published; an empty one is left for recover to name again.
+void read_owners(const char* base, const Header& h, StateCopy* c) {
+  const uint64_t n = std::min(h.owners_published.load(std::memory_order_acquire), h.owners.count);
+  const OwnerName* names = reinterpret_cast<const OwnerName*>(base + h.owners.offset);
+  c->owner_names.clear();
+  for (uint64_t i = 0; i < n; ++i) c->owner_names.push_back(text_of(names[i].text, sizeof names[i].text));
+}
+
+void read_modules(const char* base, const Header& h, std::vector<unwind::LoadedObject>* out) {
   const uint64_t n = std::min(h.modules_published.load(std::memory_order_acquire), h.modules.count);
   const ModuleEntry* m = reinterpret_cast<const ModuleEntry*>(base + h.modules.offset);
   for (uint64_t i = 0; i < n; ++i) {
@@ -155,13 +117,13 @@ void read_modules(const char* base, const Header& h, Recovered* out) {
     o.bias = m[i].bias;
     o.build_id = text_of(m[i].build_id, sizeof m[i].build_id);
     o.segments.push_back({o.start, o.end});
-    out->modules.push_back(std::move(o));
+    out->push_back(std::move(o));
   }
 }
 
-}  // namespace
-
-bool read_state_file(const std::string& path, Recovered* out, std::string* why) {
+// Maps a state file of this build that belongs to the user, every section inside it; false with one
+// line in *why otherwise.
+bool map_checked(const std::string& path, Mapping& map, std::string* why) {
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     *why = fmt::format("cannot open '{}': {}", path, std::strerror(errno));
@@ -178,7 +140,6 @@ bool read_state_file(const std::string& path, Recovered* out, std::string* why) 
     *why = fmt::format("'{}' was written by another user (uid {}); only its owner may recover it", path, st.st_uid);
     return false;
   }
-  Mapping map;
   map.n = static_cast<size_t>(st.st_size);
   if (map.n >= sizeof(Header)) map.p = mmap(nullptr, map.n, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
@@ -200,7 +161,8 @@ bool read_state_file(const std::string& path, Recovered* out, std::string* why) 
   }
   if (h.header_bytes != sizeof(Header) || h.entry_bytes != sizeof(TraceEntry) ||
       h.record_bytes != sizeof(AllocRecord) || h.slot_bytes != sizeof(LiveSlot) ||
-      h.counters_bytes != sizeof(UsageCounters) || h.module_bytes != sizeof(ModuleEntry)) {
+      h.counters_bytes != sizeof(UsageCounters) || h.module_bytes != sizeof(ModuleEntry) ||
+      h.owner_bytes != sizeof(OwnerName)) {
     *why = fmt::format("'{}' was written by a memtrace build with another layout; recover it with that build", path);
     return false;
   }
@@ -211,10 +173,29 @@ bool read_state_file(const std::string& path, Recovered* out, std::string* why) 
   if (!section_fits(h.ring, sizeof(TraceEntry), map.n) || !section_fits(h.counters, sizeof(UsageCounters), map.n) ||
       h.counters.count != 1 || !section_fits(h.live, sizeof(LiveSlot), map.n) ||
       !section_fits(h.stack_records, sizeof(uint64_t), map.n) ||
-      !section_fits(h.stack_frames, sizeof(uintptr_t), map.n) || !section_fits(h.modules, sizeof(ModuleEntry), map.n)) {
+      !section_fits(h.stack_frames, sizeof(uintptr_t), map.n) || !section_fits(h.modules, sizeof(ModuleEntry), map.n) ||
+      !section_fits(h.owners, sizeof(OwnerName), map.n)) {
     *why = fmt::format("'{}' is damaged (a section lies outside the file)", path);
     return false;
   }
+  return true;
+}
+
+}  // namespace
+
+bool read_state_modules(const std::string& path, std::vector<unwind::LoadedObject>* out, std::string* why) {
+  Mapping map;
+  if (!map_checked(path, map, why)) return false;
+  out->clear();
+  read_modules(static_cast<const char*>(map.p), *static_cast<const Header*>(map.p), out);
+  return true;
+}
+
+bool read_state_file(const std::string& path, Recovered* out, std::string* why) {
+  Mapping map;
+  if (!map_checked(path, map, why)) return false;
+  const char* base = static_cast<const char*>(map.p);
+  const Header& h = *reinterpret_cast<const Header*>(base);
   Recovered r;
   r.pid = h.pid;
   r.program = text_of(h.program, sizeof h.program);
@@ -228,7 +209,8 @@ bool read_state_file(const std::string& path, Recovered* out, std::string* why) 
   reconcile(&r.state);
   read_counters(base, h, &r.state);
   read_stacks(base, h, &r);
-  read_modules(base, h, &r);
+  read_modules(base, h, &r.modules);
+  read_owners(base, h, &r.state);
   r.state.unknown_frees = h.unknown_frees.load(std::memory_order_relaxed);
 
   // Ticks to Unix microseconds by the recording's start point and now: right on the same boot.

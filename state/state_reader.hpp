@@ -26,5 +26,7 @@ struct Recovered {
 // Reads the file. False with one line in *why (no file, not a state file, another format
 // version or build, truncated, written by another user) and *out untouched.
 bool read_state_file(const std::string& path, Recovered* out, std::string* why);
+// The loaded objects alone (cheap however long the ring): for naming a running process's frames.
+bool read_state_modules(const std::string& path, std::vector<unwind::LoadedObject>* out, std::string* why);
 
 }  // namespace memtrace::state

@@ -3255,6 +3255,59 @@ def case_state_run_recovers(ctx):
     check(not glob.glob(os.path.join(ctx.tmp, "run-state", "*.state")), "state files were left behind")
 
 
+def top_interactive(ctx, pid, state_dir):
+    """`memtrace top PID` on a terminal: it redraws each second until q is pressed, then exits 0 and
+    leaves the terminal's echo and line mode as it found them."""
+    import pty
+    import termios
+    env = {**ctx.base_env(), "MEMTRACE_STATE_DIR": state_dir}
+    child, fd = pty.fork()
+    if child == 0:
+        try:
+            os.execve(ctx.cli, [ctx.cli, "top", str(pid)], env)
+        finally:
+            os._exit(127)
+    before = termios.ECHO | termios.ICANON  # a new terminal's, which top may have changed already
+    out = b""
+    deadline = time.monotonic() + 60
+    try:
+        while out.count(b"(q quits)") < 2 and time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        text = out.decode(errors="replace")
+        check(text.count("(q quits)") >= 2 and f"pid {pid}" in text and "state_death" in text,
+              f"top on a terminal did not redraw its frame:\n{text[-2000:]}")
+        check(termios.tcgetattr(fd)[3] & (termios.ECHO | termios.ICANON) == 0,
+              "top on a terminal did not turn off echo and line mode to read q")
+        os.write(fd, b"q")
+        status = None
+        while status is None and time.monotonic() < deadline:
+            done, st = os.waitpid(child, os.WNOHANG)
+            if done:
+                status = st
+            else:
+                try:  # keep draining so top never blocks on a full terminal
+                    os.read(fd, 65536)
+                except OSError:
+                    time.sleep(0.05)
+        check(status is not None, "top did not quit on q within 60 s")
+        check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"top quit on q with status {status:#x}")
+        after = termios.tcgetattr(fd)[3] & (termios.ECHO | termios.ICANON)
+        check(after == before, f"top left the terminal's modes changed ({before:#x} before, {after:#x} after)")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
+
+
 @case
 def case_state_top(ctx):
     """memtrace top --once and --json against a program that holds 8 MiB on device 0 and blocks on
@@ -3293,15 +3346,23 @@ def case_state_top(ctx):
         check(dev and dev[0]["allocated"] == held_bytes, f"device 0 allocated: {dev}")
         check(dev[0]["allocated_peak"] == 10 << 20, f"device 0 peak (four blocks 1..4 MiB): {dev}")
         check(sum(o["bytes"] for o in dev[0]["owners"]) == held_bytes, f"owners' bytes: {dev[0]['owners']}")
+        # Owners by the names the process gave them (the program's own name here), not by number.
+        check([o["owner"] for o in dev[0]["owners"]] == ["state_death"], f"owners' names: {dev[0]['owners']}")
         check(sum(s["bytes"] for s in dev[0]["sites"]) == held_bytes and
               all(s["top_frame"] != "(no stack)" for s in dev[0]["sites"]), f"call sites: {dev[0]['sites']}")
+        # Named by function and line (the four allocations are on one line of main).
+        check(all(re.fullmatch(r"main \(state_death\.c:\d+\)", s["function"]) for s in dev[0]["sites"]),
+              f"call sites' names: {dev[0]['sites']}")
         check(procs[0]["events_per_s"] == 0, f"a process that blocks has events: {procs[0]}")
         # Without a PID: every process found in the state folder (the top's own MEMTRACE_STATE_DIR),
         # and the named PID's own MEMTRACE_STATE_DIR is found through its environment.
         for args, env in ((["--once"], None), (["--once", str(p.pid)], {**ctx.base_env(), "MEMTRACE_STATE_DIR": "off"})):
             t = top(*args, env=env)
-            check(t.returncode == 0 and f"pid {p.pid}" in t.stdout and "8.00 MiB" in t.stdout,
+            check(t.returncode == 0 and f"pid {p.pid}" in t.stdout and "8.00 MiB" in t.stdout and
+                  re.search(r"^\s+state_death\s+8\.00 MiB\s+100\.0%$", t.stdout, re.M) and
+                  re.search(r"blocks  main \(state_death\.c:\d+\)$", t.stdout, re.M),
                   f"top {args} exited {t.returncode}:\n{t.stdout}{t.stderr}")
+        top_interactive(ctx, p.pid, state_dir)
         # A live process not under memtrace (this one), one that does not exist.
         for pid, words in ((os.getpid(), "not running under memtrace"), (4194304 + 7, "no process")):
             t = top("--once", str(pid))
