@@ -31,6 +31,11 @@ void Recorder::attach_state(const StateMemory& mem) {
   }
 }
 
+void Recorder::warm_ring(bool (*stop)()) {
+  // Not under the ring lock: pushes go on meanwhile (the ring stays mapped, see TraceRing::warm).
+  ring_.warm(size_t{256} << 20, stop);
+}
+
 void Recorder::detach_state() {
   SpinGuard g(ring_lock_);
   ring_.reset(configured_entries_);

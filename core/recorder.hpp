@@ -32,6 +32,9 @@ class Recorder {
   void attach_state(const StateMemory& mem);
   // Back to private memory, starting empty (a forked child must not write its parent's file).
   void detach_state();
+  // Touches the ring's pages ahead of the first pass (TraceRing::warm), from memtrace's own
+  // thread: the first 256 MiB of it; stop() is asked every MiB.
+  void warm_ring(bool (*stop)());
 
   // Times handed in (AllocRecord::time_us, HandleRecord::time_us) are now_ticks() readings;
   // copy_state() hands them out as Unix microseconds.

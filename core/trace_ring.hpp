@@ -32,6 +32,12 @@ class TraceRing {
     entries_[t % capacity_] = e;
     total_->store(t + 1, std::memory_order_release);
   }
+  // Writes each page of the ring not reached by pushes yet, up to its first `max_bytes`, without
+  // changing a byte, so that the first pass of pushes does not pay for first touches of memory
+  // (bench_first_fill). From a thread of memtrace's own, while pushes run; stops early, leaving
+  // the rest to be paid as it fills, when stop() says so. The ring must stay mapped meanwhile:
+  // reset() and attach() are for before the first event and for a forked child only.
+  void warm(size_t max_bytes, bool (*stop)()) const;
   // Appends the kept entries, oldest first.
   void copy_to(std::vector<TraceEntry>* out) const;
   // Appends entries [from, to) by sequence number, oldest first, without any lock: pushes may

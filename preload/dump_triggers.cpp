@@ -110,8 +110,14 @@ void die_by_default(int sig) {
   raise(sig);
 }
 
+bool dump_waiting() { return g_pending.load(std::memory_order_relaxed) != 0; }
+
 void* dump_thread(void*) {
   t_state.in_hook = true;  // nothing this thread does is the program's memory traffic
+  // The thread is idle at first: it takes the first touches of the history ring's pages, which
+  // the program's events would pay otherwise (docs/design.md, "The trace ring"). A dump asked for
+  // meanwhile comes first; the pages left are paid as the ring fills.
+  if (Session* s = session_if_active()) s->recorder.warm_ring(&dump_waiting);
   for (;;) {
     wait_for_work();
     unsigned why = g_pending.exchange(0);
