@@ -1,9 +1,9 @@
 // `memtrace summary` and `memtrace peak` on a large snapshot, against Python loading the same file:
 //
-//   bench_analyze [DIR]   (default $TMPDIR or /tmp; the snapshot is removed afterwards unless
-//                          MEMTRACE_BENCH_KEEP is set)
+//   bench_analyze [--entries N] [DIR]   (N default 1000000; DIR default $TMPDIR or /tmp; the
+//                                        snapshot is removed afterwards unless MEMTRACE_BENCH_KEEP is set)
 //
-// The snapshot is what memtrace itself writes (output::build_snapshot): 1,000,000 trace entries on
+// The snapshot is what memtrace itself writes (output::build_snapshot): N (1,000,000) trace entries on
 // 2 devices (alloc = segment_alloc + alloc, free = free_requested + free_completed + segment_free),
 // 10,000 distinct stacks of 16 frames drawn from shared pools of files and functions, owners torch
 // and nccl. The program's live set climbs to ~6,000 allocations, churns, and falls back to ~1,000,
@@ -15,7 +15,9 @@
 // `python3 -c "import pickle; pickle.load(open(f,'rb'))"`, measured the same way, as Python runs it and
 // with its garbage collector off (gc.disable(), which a loader of acyclic data would do). The load
 // average is printed before and after: on a shared machine the figures move with it.
-// Targets (issue 5): each command under 2 s, peak memory under 4x the file size.
+// Targets: at 1,000,000 entries each command under 2 s and peak memory under 4x the file size
+// (issue 5); at 5,000,000 (--entries 5000000) summary's peak memory under 2x the file (issue 18),
+// wall time not targeted there.
 // Not a test: figures depend on the machine.
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -42,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr size_t kEntries = 1000000;
+size_t g_entries = 1000000;  // --entries
 constexpr uint32_t kStacks = 10000;
 constexpr int kDepth = 16;
 
@@ -65,9 +67,9 @@ StateCopy synthetic_state() {
     e.action = a;
     st.trace.push_back(e);
   };
-  st.trace.reserve(kEntries + 3);
-  while (st.trace.size() < kEntries) {
-    double phase = static_cast<double>(st.trace.size()) / kEntries;
+  st.trace.reserve(g_entries + 3);
+  while (st.trace.size() < g_entries) {
+    double phase = static_cast<double>(st.trace.size()) / g_entries;
     size_t target = phase < 0.3 ? 6000 : phase < 0.7 ? 4000 : 1000;  // climb, churn, fall
     bool alloc = open.size() < target ? rng() % 10 < 7 : rng() % 10 < 3;
     if (alloc || open.empty()) {
@@ -97,7 +99,7 @@ StateCopy synthetic_state() {
   });
   st.live = open;
   st.device_count = 2;
-  st.ring_capacity = kEntries;
+  st.ring_capacity = g_entries;
   st.total_entries = st.trace.size();
   st.time_us = t;
   return st;
@@ -165,9 +167,11 @@ Run median_of_3(const std::vector<std::string>& args) {
 
 void report(const char* what, const Run& r, double file_bytes, bool target) {
   double ratio = static_cast<double>(r.maxrss_kib) * 1024.0 / file_bytes;
+  const bool large = g_entries > 1000000;
+  const bool met = large ? ratio < 2.0 : r.wall < 2.0 && ratio < 4.0;
   std::printf("  %-38s %6.2f s (cpu %5.2f s)   peak RSS %7.1f MiB = %4.2fx file%s%s\n", what, r.wall, r.cpu,
               r.maxrss_kib / 1024.0, ratio,
-              target ? (r.wall < 2.0 && ratio < 4.0 ? "   [targets met]" : "   [TARGET MISSED]") : "",
+              target ? (met ? (large ? "   [under 2x: met]" : "   [targets met]") : "   [TARGET MISSED]") : "",
               r.status == 0 ? "" : "   (FAILED)");
 }
 
@@ -175,7 +179,21 @@ void report(const char* what, const Run& r, double file_bytes, bool target) {
 
 int main(int argc, char** argv) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string dir = argc > 1 ? argv[1] : (tmp && *tmp ? tmp : "/tmp");
+  std::string dir = tmp && *tmp ? tmp : "/tmp";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--entries" && i + 1 < argc) {
+      char* end = nullptr;
+      unsigned long long n = std::strtoull(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || n < 1000) {
+        std::fprintf(stderr, "bench_analyze: --entries wants a count of at least 1000, not '%s'\n", argv[i]);
+        return 2;
+      }
+      g_entries = static_cast<size_t>(n);
+    } else {
+      dir = a;
+    }
+  }
   std::string path = dir + "/memtrace_bench_analyze.pickle";
 
   // Built in a child: the parent stays small, so the children it forks start from a small RSS

@@ -1,5 +1,7 @@
 // Cost of taking a stack, warm:
-//   unwind::capture(out, 32) called from 40 noinline frames deep (so 32 frames are really walked)
+//   unwind::capture(out, 32) called from 40 noinline frames deep (so 32 frames are really walked),
+//   and beside it unwind::capture_libunwind (libunwind's unw_backtrace alone, what capture used
+//   before it walked the stack itself), batches alternated, with the frames checked equal
 //   StackTable::intern of a 32-frame stack the table already holds (the lock-free lookup path)
 //   StackTable::intern of a new 32-frame stack (insert path), for comparison
 //
@@ -33,21 +35,33 @@ Stats stats(std::vector<double> v) {
 int g_batches = 2000;
 int g_per_batch = 100;
 volatile int g_sink = 0;
-std::vector<double> g_capture_ns;
-int g_depth_seen = 0;
+std::vector<double> g_capture_ns, g_libunwind_ns;
+int g_depth_seen = 0, g_libunwind_depth = 0;
+bool g_same_frames = true;
 
 __attribute__((noinline)) void measure_capture() {
-  uintptr_t buf[64];
-  for (int w = 0; w < 1000; ++w) g_sink = g_sink + memtrace::unwind::capture(buf, 32);  // warm the cache
+  uintptr_t buf[64], lib[64];
+  for (int w = 0; w < 1000; ++w) {  // warm both caches
+    g_sink = g_sink + memtrace::unwind::capture(buf, 32);
+    g_sink = g_sink + memtrace::unwind::capture_libunwind(lib, 32);
+  }
+  // Entry 0 is a pc inside each capture function and entry 1 a call site here; the rest are the same.
+  int a = memtrace::unwind::capture(buf, 32), b = memtrace::unwind::capture_libunwind(lib, 32);
+  g_same_frames = a == b && a > 2 && std::equal(buf + 2, buf + a, lib + 2);
   g_capture_ns.reserve(static_cast<size_t>(g_batches));
   for (int b = 0; b < g_batches; ++b) {
     auto t0 = Clock::now();
     int n = 0;
     for (int i = 0; i < g_per_batch; ++i) n += memtrace::unwind::capture(buf, 32);
     auto t1 = Clock::now();
-    g_sink = g_sink + n;
+    int m = 0;
+    for (int i = 0; i < g_per_batch; ++i) m += memtrace::unwind::capture_libunwind(lib, 32);
+    auto t2 = Clock::now();
+    g_sink = g_sink + n + m;
     g_depth_seen = n / g_per_batch;
+    g_libunwind_depth = m / g_per_batch;
     g_capture_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
+    g_libunwind_ns.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() / g_per_batch);
   }
 }
 
@@ -70,6 +84,7 @@ int main(int argc, char** argv) {
 
   recurse(40);
   Stats cap = stats(g_capture_ns);
+  Stats lib = stats(g_libunwind_ns);
 
   // intern of a known stack: a real 32-frame capture would do, but fixed addresses keep it exact.
   memtrace::unwind::StackTable table;
@@ -115,6 +130,9 @@ int main(int argc, char** argv) {
   std::printf("%d batches x %d calls; ns per call\n", g_batches, g_per_batch);
   std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d)\n", "unwind::capture, depth 32, warm", cap.median,
               cap.min, g_depth_seen);
+  std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d; same frames: %s; capture/libunwind %.2fx)\n",
+              "unwind::capture_libunwind (unw_backtrace), same", lib.median, lib.min, g_libunwind_depth,
+              g_same_frames ? "yes" : "NO", cap.median / lib.median);
   std::printf("  %-48s median %7.1f   min %7.1f   (same id every time: %s; table %zu stacks)\n",
               "StackTable::intern, known 32-frame stack", kn.median, kn.min, same ? "yes" : "NO", table.size() - fresh.size() * static_cast<size_t>(g_per_batch));
   std::printf("  %-48s median %7.1f   min %7.1f   (%zu stacks inserted)\n", "StackTable::intern, new 32-frame stack",

@@ -34,14 +34,35 @@ uint32_t stack_table_full(Session& s, const uintptr_t* pcs, int n) {
   }
   return 0;
 }
+
+// Stack ids by the capture's token (unwind/stack_capture.hpp): a thread that allocates from the
+// same stack again gets the id without dropping frames or interning again. Keyed too by the
+// session and the table's generation (a forked child's table starts empty). Not under CPython,
+// whose frames are read apart from the native walk.
+struct IdMemo {
+  uint64_t token;
+  const Session* session;
+  uint32_t generation;
+  uint32_t id;
+};
+constexpr unsigned kIdMemos = 16;
+__thread IdMemo t_ids[kIdMemos] __attribute__((tls_model("initial-exec")));
 }  // namespace
 
 uint32_t capture_stack_id(Session& s, void* caller) {
   uintptr_t pcs[256 + 8];
   int n = 0;
   int skip = 0;
+  IdMemo* memo = nullptr;
+  uint64_t token = 0;
   if (s.config.stacks == StackMode::Native) {
-    n = unwind::capture(pcs, s.config.stack_depth + 8);
+    n = unwind::capture(pcs, s.config.stack_depth + 8, &token);
+    if (token != 0 && !unwind::python_present()) {
+      memo = &t_ids[token % kIdMemos];
+      if (memo->token == token && memo->session == &s && memo->generation == s.stacks.generation())
+        return memo->id;
+      memo->token = 0;
+    }
     const unwind::CodeRange own = unwind::own_code();
     while (skip < n && own.contains(pcs[skip])) ++skip;
   }
@@ -60,7 +81,11 @@ uint32_t capture_stack_id(Session& s, void* caller) {
   }
   int keep = n - skip;
   if (keep > s.config.stack_depth) keep = s.config.stack_depth;
-  if (uint32_t id = s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep)); id != 0 || keep <= 0) return id;
+  const uint32_t generation = s.stacks.generation();
+  if (uint32_t id = s.stacks.intern(pcs + skip, static_cast<uint32_t>(keep)); id != 0 || keep <= 0) {
+    if (memo != nullptr && id != 0) *memo = {token, &s, generation, id};
+    return id;
+  }
   return stack_table_full(s, pcs + skip, keep);
 }
 

@@ -47,6 +47,8 @@ class StackTable {
   size_t size() const;          // distinct stacks
   size_t memory_bytes() const;  // bytes held by the table
   void clear();                 // forked child: start empty (and without a mirror)
+  // Bumped by clear(): ids kept elsewhere are good while it is the same.
+  uint32_t generation() const { return generation_.load(std::memory_order_relaxed); }
   // Copies each stack interned from now on into *m (which must outlive the table's use of it);
   // null stops that. Call before the first intern.
   void set_mirror(StackMirror* m) { mirror_ = m; }
@@ -74,6 +76,7 @@ class StackTable {
   uint64_t max_frames_ = kMaxFrames;
   uintptr_t* frames_ = nullptr;  // reserved kMaxFrames addresses, never moves
   Record* records_ = nullptr;    // reserved kMaxStacks records, never moves
+  std::atomic<uint32_t> generation_{0};
   std::atomic<Slots*> slots_{nullptr};  // current index; older ones kept until clear()
   std::atomic<uint32_t> count_{0};      // stacks published; ids are 1..count_
   std::atomic<uint64_t> frames_used_{0};

@@ -1,6 +1,9 @@
+#include <signal.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "unwind/stack_capture.hpp"
@@ -83,4 +86,218 @@ TEST_CASE("capture: depth is bounded by max_depth", "[capture]") {
   CHECK(out[300] == 0);
   CHECK(owner_index(out[0], {reinterpret_cast<uintptr_t>(&capture), rec}) == 0);
   for (int i = 1; i < n; ++i) REQUIRE(owner_index(out[static_cast<size_t>(i)], {rec}) == 0);
+}
+
+// ---- capture() against libunwind's own answer, the same stacks ----
+
+namespace {
+
+using memtrace::unwind::capture_libunwind;
+
+struct Both {
+  std::vector<uintptr_t> ours = std::vector<uintptr_t>(300), theirs = std::vector<uintptr_t>(300);
+  std::vector<uintptr_t> walked = std::vector<uintptr_t>(300);
+  int n_ours = -1, n_theirs = -1;
+  int n_walked = -2;  // the walk alone: -1 when it declined
+};
+
+// Entry 0 of each lies in its own capture function and entry 1 at one of two call sites here;
+// from entry 2 on the stacks are the same frames, so they must match exactly.
+[[gnu::noipa]] void capture_both(Both& b, int max) {
+  b.n_ours = capture(b.ours.data(), max);
+  b.n_theirs = capture_libunwind(b.theirs.data(), max);
+  b.n_walked = memtrace::unwind::capture_walk_only(b.walked.data(), max);
+}
+
+// expect_walk: the walk itself must have answered (not libunwind through the fallback).
+void check_same(const Both& b, bool expect_walk = true) {
+  if (expect_walk) {
+    REQUIRE(b.n_walked == b.n_theirs);
+    for (int i = 2; i < b.n_walked; ++i) REQUIRE(b.walked[static_cast<size_t>(i)] == b.theirs[static_cast<size_t>(i)]);
+  } else {
+    CHECK(b.n_walked == -1);
+  }
+  REQUIRE(b.n_ours == b.n_theirs);
+  REQUIRE(b.n_ours >= 3);
+  const uintptr_t here = reinterpret_cast<uintptr_t>(&capture_both);
+  CHECK(owner_index(b.ours[1], {here}) == 0);
+  CHECK(owner_index(b.theirs[1], {here}) == 0);
+  for (int i = 2; i < b.n_ours; ++i) {
+    INFO("frame " << i << " of " << b.n_ours);
+    REQUIRE(b.ours[static_cast<size_t>(i)] == b.theirs[static_cast<size_t>(i)]);
+  }
+}
+
+[[gnu::noipa]] int recurse_both(int depth, Both& b, int max) {
+  if (depth == 0) {
+    capture_both(b, max);
+    return 0;
+  }
+  int r = recurse_both(depth - 1, b, max);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+
+// A frame whose size is known only at run time: its CFA is kept in rbp.
+[[gnu::noipa]] int variable_frame(int n, Both& b) {
+  volatile char* buf = static_cast<volatile char*>(__builtin_alloca(static_cast<size_t>(n)));
+  buf[0] = 1;
+  capture_both(b, 300);
+  return buf[0] + n;
+}
+
+Both* g_qsort_both;
+int compare_and_capture(const void* x, const void* y) {
+  if (g_qsort_both->n_ours < 0) capture_both(*g_qsort_both, 300);
+  return *static_cast<const int*>(x) - *static_cast<const int*>(y);
+}
+
+Both* g_signal_both;
+void capture_in_handler(int) { capture_both(*g_signal_both, 300); }
+
+}  // namespace
+
+TEST_CASE("capture: the walk gives libunwind's frames, to the end of the stack", "[capture]") {
+  for (int depth : {0, 1, 5, 40, 120}) {
+    Both b;
+    recurse_both(depth, b, 300);
+    INFO("depth " << depth);
+    check_same(b);
+    CHECK(b.n_ours < 300);  // the whole stack, outermost frame included
+    // Again: now every frame's rule comes from the thread's table.
+    Both again;
+    recurse_both(depth, again, 300);
+    check_same(again);
+  }
+}
+
+TEST_CASE("capture: the walk stops at max_depth where libunwind does", "[capture]") {
+  for (int max : {1, 2, 3, 7, 32}) {
+    Both b;
+    recurse_both(60, b, max);
+    CHECK(b.n_ours == max);
+    CHECK(b.n_theirs == max);
+    for (int i = 2; i < max; ++i) CHECK(b.ours[static_cast<size_t>(i)] == b.theirs[static_cast<size_t>(i)]);
+  }
+}
+
+TEST_CASE("capture: a frame addressed from rbp (alloca)", "[capture]") {
+  for (int n : {16, 4000, 100000}) {
+    Both b;
+    variable_frame(n, b);
+    check_same(b);
+  }
+}
+
+TEST_CASE("capture: through libc's frames (qsort calling back)", "[capture]") {
+  std::vector<int> v(64);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>((i * 37) % 64);
+  Both b;
+  g_qsort_both = &b;
+  qsort(v.data(), v.size(), sizeof(int), compare_and_capture);
+  check_same(b);
+}
+
+TEST_CASE("capture: on other threads, each with its own table", "[capture]") {
+  std::vector<Both> results(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < results.size(); ++t)
+    threads.emplace_back([&results, t] {
+      for (int i = 0; i < 50; ++i) recurse_both(static_cast<int>(t * 10 + i % 7), results[t], 300);
+    });
+  for (auto& th : threads) th.join();
+  for (const Both& b : results) check_same(b);
+}
+
+TEST_CASE("capture: in a signal handler, on the thread's stack and on an alternate one", "[capture]") {
+  Both b;
+  g_signal_both = &b;
+  struct sigaction sa {}, old {};
+  sa.sa_handler = capture_in_handler;
+  sigaction(SIGUSR1, &sa, &old);
+  raise(SIGUSR1);  // the signal frame has no rule the walk takes: libunwind answers
+  check_same(b, false);
+
+  std::vector<char> alt(1 << 16);
+  stack_t ss {}, old_ss {};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  sigaltstack(&ss, &old_ss);
+  sa.sa_flags = SA_ONSTACK;
+  sigaction(SIGUSR1, &sa, nullptr);
+  Both on_alt;
+  g_signal_both = &on_alt;
+  raise(SIGUSR1);  // outside the thread's stack: the walk declines
+  check_same(on_alt, false);
+  sigaltstack(&old_ss, nullptr);
+  sigaction(SIGUSR1, &old, nullptr);
+}
+
+namespace {
+
+struct Tokened {
+  std::vector<uintptr_t> pcs = std::vector<uintptr_t>(300), lib = std::vector<uintptr_t>(300);
+  int n = 0, n_lib = 0;
+  uint64_t token = 0;
+};
+
+[[gnu::noipa]] void capture_tokened(Tokened& t) {
+  t.n = capture(t.pcs.data(), 64, &t.token);
+  t.n_lib = capture_libunwind(t.lib.data(), 64);
+}
+
+// Two different frames at the same depth: the stack pointer at capture is the same either way,
+// only a return address deep down differs.
+[[gnu::noipa]] int via_left(int depth, Tokened& t);
+[[gnu::noipa]] int via_right(int depth, Tokened& t);
+[[gnu::noipa]] int climb(int depth, Tokened& t) {
+  if (depth == 0) {
+    capture_tokened(t);
+    return 0;
+  }
+  int r = climb(depth - 1, t);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+int via_left(int depth, Tokened& t) {
+  int r = climb(depth, t);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+int via_right(int depth, Tokened& t) {
+  int r = climb(depth, t);
+  asm volatile("" : "+r"(r));
+  return r + 2;
+}
+
+void check_tokened(const Tokened& t) {
+  REQUIRE(t.n == t.n_lib);
+  for (int i = 2; i < t.n; ++i) REQUIRE(t.pcs[static_cast<size_t>(i)] == t.lib[static_cast<size_t>(i)]);
+}
+
+}  // namespace
+
+TEST_CASE("capture: a repeated stack is answered from the remembered walk, a changed one is not", "[capture]") {
+  // One call site for all five (two sites would differ in the return address into this test).
+  Tokened t[5];
+  for (int i = 0; i < 5; ++i) (i == 2 || i == 3 ? via_right : via_left)(20, t[i]);
+  const Tokened &a1 = t[0], &a2 = t[1], &b1 = t[2], &b2 = t[3], &a3 = t[4];
+  for (const Tokened& x : t) check_tokened(x);
+  CHECK(a1.token != 0);
+  CHECK(a2.token == a1.token);  // same frames, same remembered walk
+  CHECK(b1.token != 0);
+  CHECK(b1.token != a1.token);  // a return address 20 frames down differs
+  CHECK(b2.token == b1.token);
+  CHECK(a3.token == a1.token);  // both walks are kept (the set has room)
+  CHECK(a1.pcs[23] != b1.pcs[23]);  // via_left's frame, via_right's
+
+  // Many different stacks through the same set: whatever is evicted, the frames stay right.
+  for (int round = 0; round < 3; ++round)
+    for (int depth = 0; depth < 12; ++depth) {
+      Tokened lr[2];
+      for (int i = 0; i < 2; ++i) (i == 0 ? via_left : via_right)(depth, lr[i]);
+      check_tokened(lr[0]);
+      check_tokened(lr[1]);
+      CHECK(lr[0].token != lr[1].token);
+    }
 }

@@ -186,7 +186,9 @@ TEST_CASE("stack table: clear starts empty", "[stack_table]") {
     REQUIRE(t.intern(s.data(), 16) == i + 1);
   }
   const size_t full = t.memory_bytes();
+  const uint32_t generation = t.generation();
   t.clear();
+  CHECK(t.generation() != generation);  // ids kept by callers (preload/capture.cpp) are stale now
   CHECK(t.size() == 0);
   CHECK(t.frame_count() == 0);
   CHECK(t.get(1).empty());
