@@ -1,7 +1,9 @@
 // Cost of taking a stack, warm:
 //   unwind::capture(out, 32) called from 40 noinline frames deep (so 32 frames are really walked),
 //   and beside it unwind::capture_libunwind (libunwind's unw_backtrace alone, what capture used
-//   before it walked the stack itself), batches alternated, with the frames checked equal
+//   before it walked the stack itself), batches alternated, with the frames checked equal; then
+//   capture from 8 call sites in turn at the same depth, so that no remembered walk matches
+//   (docs/stack-capture.md, "Repeated stacks"): the full walk with its rule table
 //   StackTable::intern of a 32-frame stack the table already holds (the lock-free lookup path)
 //   StackTable::intern of a new 32-frame stack (insert path), for comparison
 //
@@ -39,6 +41,18 @@ std::vector<double> g_capture_ns, g_libunwind_ns;
 int g_depth_seen = 0, g_libunwind_depth = 0;
 bool g_same_frames = true;
 
+std::vector<double> g_varied_ns;
+
+template <int Site>
+__attribute__((noinline)) int capture_at(uintptr_t* buf) {
+  int n = memtrace::unwind::capture(buf, 32);
+  asm volatile("" : "+r"(n));  // not a tail call: this frame, different per site, stays
+  return n + Site * 0;
+}
+using SiteFn = int (*)(uintptr_t*);
+constexpr SiteFn kSites[8] = {&capture_at<0>, &capture_at<1>, &capture_at<2>, &capture_at<3>,
+                              &capture_at<4>, &capture_at<5>, &capture_at<6>, &capture_at<7>};
+
 __attribute__((noinline)) void measure_capture() {
   uintptr_t buf[64], lib[64];
   for (int w = 0; w < 1000; ++w) {  // warm both caches
@@ -63,6 +77,15 @@ __attribute__((noinline)) void measure_capture() {
     g_capture_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
     g_libunwind_ns.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() / g_per_batch);
   }
+  for (int w = 0; w < 1000; ++w) g_sink = g_sink + kSites[w % 8](buf);
+  for (int b = 0; b < g_batches; ++b) {
+    auto t0 = Clock::now();
+    int n = 0;
+    for (int i = 0; i < g_per_batch; ++i) n += kSites[i % 8](buf);
+    auto t1 = Clock::now();
+    g_sink = g_sink + n;
+    g_varied_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
+  }
 }
 
 // Distinct frames, not inlined, not a tail call (the volatile add after the call).
@@ -85,6 +108,7 @@ int main(int argc, char** argv) {
   recurse(40);
   Stats cap = stats(g_capture_ns);
   Stats lib = stats(g_libunwind_ns);
+  Stats varied = stats(g_varied_ns);
 
   // intern of a known stack: a real 32-frame capture would do, but fixed addresses keep it exact.
   memtrace::unwind::StackTable table;
@@ -128,11 +152,14 @@ int main(int argc, char** argv) {
   Stats fr = stats(fresh);
 
   std::printf("%d batches x %d calls; ns per call\n", g_batches, g_per_batch);
-  std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d)\n", "unwind::capture, depth 32, warm", cap.median,
+  std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d)\n", "unwind::capture, depth 32, warm, one call site", cap.median,
               cap.min, g_depth_seen);
   std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d; same frames: %s; capture/libunwind %.2fx)\n",
               "unwind::capture_libunwind (unw_backtrace), same", lib.median, lib.min, g_libunwind_depth,
               g_same_frames ? "yes" : "NO", cap.median / lib.median);
+  std::printf("  %-48s median %7.1f   min %7.1f   (capture/libunwind %.2fx)\n",
+              "unwind::capture, 8 call sites in turn (full walk)", varied.median, varied.min,
+              varied.median / lib.median);
   std::printf("  %-48s median %7.1f   min %7.1f   (same id every time: %s; table %zu stacks)\n",
               "StackTable::intern, known 32-frame stack", kn.median, kn.min, same ? "yes" : "NO", table.size() - fresh.size() * static_cast<size_t>(g_per_batch));
   std::printf("  %-48s median %7.1f   min %7.1f   (%zu stacks inserted)\n", "StackTable::intern, new 32-frame stack",

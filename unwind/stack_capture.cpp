@@ -136,29 +136,33 @@ inline PackedRule rule_of(ThreadWalk& w, uintptr_t pc) {
   return s.rule;
 }
 
-inline bool memo_holds(const Memo& m, uintptr_t pc, uintptr_t sp, uintptr_t fp, int max_depth) {
+// Reads other frames' words on purpose: not for the sanitizers to judge.
+[[gnu::no_sanitize("address", "thread")]] inline bool memo_holds(const Memo& m, uintptr_t pc, uintptr_t sp, uintptr_t fp, int max_depth) {
   if (m.pc0 != pc || m.sp0 != sp || m.max_depth != max_depth || (m.uses_fp0 && m.fp0 != fp)) return false;
   // Every address lies between sp and the stack's end (the walk that read it checked), and this
   // walk starts at the same sp: all of it is this thread's live stack.
-  // Four at a time into separate words: the loads need not wait for one another.
+  // Four at a time: the loads need not wait for one another. A stack that differs mostly
+  // differs near the top (another call site), so the first group that differs ends the check.
   const Memo::Read* r = m.read;
   const int n = m.reads;
-  uintptr_t d0 = 0, d1 = 0, d2 = 0, d3 = 0;
   int i = 0;
   for (; i + 4 <= n; i += 4) {
-    d0 |= *reinterpret_cast<const uintptr_t*>(r[i].at) ^ r[i].value;
-    d1 |= *reinterpret_cast<const uintptr_t*>(r[i + 1].at) ^ r[i + 1].value;
-    d2 |= *reinterpret_cast<const uintptr_t*>(r[i + 2].at) ^ r[i + 2].value;
-    d3 |= *reinterpret_cast<const uintptr_t*>(r[i + 3].at) ^ r[i + 3].value;
+    const uintptr_t d = (*reinterpret_cast<const uintptr_t*>(r[i].at) ^ r[i].value) |
+                        (*reinterpret_cast<const uintptr_t*>(r[i + 1].at) ^ r[i + 1].value) |
+                        (*reinterpret_cast<const uintptr_t*>(r[i + 2].at) ^ r[i + 2].value) |
+                        (*reinterpret_cast<const uintptr_t*>(r[i + 3].at) ^ r[i + 3].value);
+    if (d != 0) return false;
   }
-  for (; i < n; ++i) d0 |= *reinterpret_cast<const uintptr_t*>(r[i].at) ^ r[i].value;
-  return (d0 | d1 | d2 | d3) == 0;
+  uintptr_t d = 0;
+  for (; i < n; ++i) d |= *reinterpret_cast<const uintptr_t*>(r[i].at) ^ r[i].value;
+  return d == 0;
 }
 
 // The walk; -1 when libunwind must answer instead. Out of line so that its own return address,
 // the first entry, is a pc inside its caller, as unw_backtrace's first entry is. *token: the
 // version of the remembered walk that gave the answer, 0 when none was remembered.
-[[gnu::noinline]] int walk(uintptr_t* out, int max_depth, ThreadWalk& w, uint64_t* token) {
+[[gnu::noinline, gnu::no_sanitize("address", "thread")]] int walk(uintptr_t* out, int max_depth, ThreadWalk& w,
+                                                                 uint64_t* token) {
   uintptr_t pc, sp, fp;
   // One statement: the pc read is where the row for these rsp and rbp applies.
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
