@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   struct Shape {
     const char* name;
     const char* what;
-    Figure host, host_ht, dev, dev_mt;
+    Figure host = {}, host_ht = {}, dev = {}, dev_mt = {};
   };
   Shape shapes[2] = {{"same", "one call site: every allocation has the same stack"},
                      {"varied", "16 call sites in turn, at the same depth: 16 stacks, no two in a row alike"}};
@@ -175,27 +175,9 @@ int main(int argc, char** argv) {
       take(sh.host, memtrace::bench::run_child(argv[0], {"host", n, sh.name}, {"LD_PRELOAD="}, "/tmp/memtrace-bench-"));
       if (heaptrack) {
         // heaptrack's launcher runs the program itself: `heaptrack -o OUT self --child host N SHAPE`.
-        int fds[2];
-        if (pipe(fds) == 0) {
-          pid_t pid = fork();
-          if (pid == 0) {
-            dup2(fds[1], 1);
-            dup2(fds[1], 2);
-            close(fds[0]);
-            execlp("heaptrack", "heaptrack", "-o", ht_out.c_str(), argv[0], "--child", "host", n.c_str(), sh.name,
-                   static_cast<char*>(nullptr));
-            _exit(127);
-          }
-          close(fds[1]);
-          std::string out;
-          char buf[512];
-          for (ssize_t got; (got = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(got));
-          close(fds[0]);
-          int st = 0;
-          waitpid(pid, &st, 0);
-          if (WIFEXITED(st) && WEXITSTATUS(st) == 0) take(sh.host_ht, out);
-          for (const char* ext : {".zst", ".gz", ""}) unlink((ht_out + ext).c_str());
-        }
+        take(sh.host_ht, memtrace::bench::run_command({"heaptrack", "-o", ht_out, argv[0], "--child", "host", n, sh.name},
+                                                      {}, true));
+        for (const char* ext : {".zst", ".gz", ""}) unlink((ht_out + ext).c_str());
       }
       take(sh.dev, memtrace::bench::run_child(argv[0], {"device", n, sh.name}, {"LD_PRELOAD="}, "/tmp/memtrace-bench-"));
       take(sh.dev_mt, memtrace::bench::run_child(argv[0], {"device", n, sh.name}, mt_env, "/tmp/memtrace-bench-"));

@@ -211,7 +211,8 @@ bool run_cfa(Reader r, const Cie& cie, uintptr_t loc, uintptr_t pc, Row& row, co
       case 0x0d: row.cfa_reg = static_cast<unsigned>(r.uleb()); break;
       case 0x0e: row.cfa_offset = static_cast<int64_t>(r.uleb()); break;
       case 0x0f: return false;  // def_cfa_expression
-      case 0x10: {              // expression: fine for a register the walk does not read
+      case 0x10:                // expression, and
+      case 0x16: {              // val_expression: fine for a register the walk does not read
         uint64_t reg = r.uleb();
         uint64_t len = r.uleb();
         if (!r.ok || len > static_cast<uint64_t>(r.end - r.p)) return false;
@@ -230,14 +231,6 @@ bool run_cfa(Reader r, const Cie& cie, uintptr_t loc, uintptr_t pc, Row& row, co
         uint64_t reg = r.uleb();
         if (op == 0x14) r.uleb();
         else r.sleb();
-        set_reg(reg, RegRule::Other, 0);
-        break;
-      }
-      case 0x16: {  // val_expression
-        uint64_t reg = r.uleb();
-        uint64_t len = r.uleb();
-        if (!r.ok || len > static_cast<uint64_t>(r.end - r.p)) return false;
-        r.p += len;
         set_reg(reg, RegRule::Other, 0);
         break;
       }

@@ -267,19 +267,27 @@ int capture_libunwind(uintptr_t* out, int max_depth) {
   return libunwind_trace(out, max_depth);
 }
 
+// The walk on this thread's table; -1 when there is none or the walk declines. Inlined into
+// each caller, so that walk's return address (the first entry) lies in that caller.
+[[gnu::always_inline]] static inline int walk_here(uintptr_t* out, int max_depth, uint64_t* token) {
+#if defined(__x86_64__)
+  ThreadWalk* w = t_walk != nullptr ? t_walk : make_walk();
+  if (w != nullptr) {
+    int n = walk(out, max_depth, *w, token);
+    asm volatile("" : "+r"(n));  // not a tail call
+    return n;
+  }
+#endif
+  return -1;
+}
+
 int capture(uintptr_t* out, int max_depth, uint64_t* token) {
   uint64_t ignored = 0;
   if (token == nullptr) token = &ignored;
   *token = 0;
   if (out == nullptr || max_depth <= 0) return 0;
-#if defined(__x86_64__)
-  ThreadWalk* w = t_walk != nullptr ? t_walk : make_walk();
-  if (w != nullptr) {
-    int n = walk(out, max_depth, *w, token);
-    if (n >= 0) return n;
-  }
-#endif
-  return libunwind_trace(out, max_depth);
+  const int n = walk_here(out, max_depth, token);
+  return n >= 0 ? n : libunwind_trace(out, max_depth);
 }
 
 int capture_walk_only(uintptr_t* out, int max_depth, uint64_t* token) {
@@ -287,15 +295,7 @@ int capture_walk_only(uintptr_t* out, int max_depth, uint64_t* token) {
   if (token == nullptr) token = &ignored;
   *token = 0;
   if (out == nullptr || max_depth <= 0) return 0;
-#if defined(__x86_64__)
-  ThreadWalk* w = t_walk != nullptr ? t_walk : make_walk();
-  if (w != nullptr) {
-    int n = walk(out, max_depth, *w, token);
-    asm volatile("" : "+r"(n));  // not a tail call: walk's return address must lie in here
-    return n;
-  }
-#endif
-  return -1;
+  return walk_here(out, max_depth, token);
 }
 
 }  // namespace memtrace::unwind
