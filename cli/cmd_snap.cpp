@@ -79,7 +79,13 @@ int cmd_snap(int argc, char** argv) {
     return kExitUsage;
   }
   const state::PeekMap& map = *found.front().map;
-  const int sig = map.dump_signal();
+  // A process that has just started makes its state file a moment before its signal handler is
+  // in place (the file says which signal only then): give it two seconds to get there.
+  int sig = map.dump_signal();
+  for (const auto arm_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+       sig <= 0 && process_alive(pid) && std::chrono::steady_clock::now() < arm_deadline;
+       sig = map.dump_signal())
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (sig <= 0)
     return fail("process " + std::to_string(pid) +
                 " takes no snapshot on a signal (MEMTRACE_SIGNAL=none, or the program took the signal over)");

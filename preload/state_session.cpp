@@ -49,7 +49,8 @@ void start_state_file(Session& s) {
   m->on_new_stack = &modules_changed;
   s.stacks.set_mirror(m);
   g_file = f;
-  f->note_dump_signal(s.config.dump_signal);
+  // The dump signal is noted once its handler is installed (note_dump_signal_armed): until
+  // then `memtrace snap` must not send it, since its default action ends the program.
   f->record_modules();
   log::cold().debug("state file: {}", f->path());
 }
@@ -72,6 +73,10 @@ void state_file_after_fork() {
   g_file->forget();
   g_file = nullptr;
   forget_state_signal_handlers();
+}
+
+void note_dump_signal_armed(int sig) {
+  if (g_file) g_file->note_dump_signal(sig);
 }
 
 void note_dump_signal_off() {
