@@ -130,7 +130,12 @@ PackedRule pack(const FrameRule& r) {
 inline PackedRule rule_of(ThreadWalk& w, uintptr_t pc) {
   Slot& s = w.slots[(pc * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits)];
   if (s.pc != pc) {  // a miss replaces whatever was there
+    // A signal handler on this thread may capture too (a program that allocates in one): it
+    // must never see the old pc with the new rule, so the slot is empty while it changes.
+    s.pc = 0;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     s.rule = pack(frame_rule_at(pc));
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     s.pc = pc;
   }
   return s.rule;
@@ -182,7 +187,8 @@ inline PackedRule rule_of(ThreadWalk& w, uintptr_t pc) {
   const bool remember = max_depth <= kMemoFrames;
   Memo& m = w.memos[set][w.victim[set]];
   if (remember) {
-    m.pc0 = 0;  // written in full below, or left empty
+    m.pc0 = 0;  // written in full below, or left empty; a handler that captures meanwhile skips it
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     w.victim[set] = static_cast<uint8_t>((w.victim[set] + 1) % kMemoWays);
   }
   const uintptr_t pc0 = pc, sp0 = sp, fp0 = fp;
@@ -244,6 +250,7 @@ inline PackedRule rule_of(ThreadWalk& w, uintptr_t pc) {
     m.n = n;
     m.reads = reads;
     m.version = *token = ++w.versions;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     m.pc0 = pc0;
   }
   return n;
