@@ -198,7 +198,43 @@ TEST_CASE("capture: through libc's frames (qsort calling back)", "[capture]") {
   check_same(b);
 }
 
+// Under ThreadSanitizer libunwind cannot run on these threads: its per-thread cache's destructor
+// locks a mutex after the sanitizer has finished the thread, and faults. There the threads check
+// that the walk answered, with the frames of recurse_both, and repeats gave the same token.
+[[gnu::noipa]] int recurse_walk(int depth, uintptr_t* out, int* n, uint64_t* token) {
+  if (depth == 0) {
+    *n = memtrace::unwind::capture_walk_only(out, 64, token);  // within what a walk remembers
+    return 0;
+  }
+  int r = recurse_walk(depth - 1, out, n, token);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+
 TEST_CASE("capture: on other threads, each with its own table", "[capture]") {
+#if defined(__SANITIZE_THREAD__)
+  struct Seen {
+    std::vector<uintptr_t> pcs = std::vector<uintptr_t>(300);
+    int n = -2, in_recurse = 0;
+    uint64_t first = 0, last = 0;
+  };
+  std::vector<Seen> seen(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < seen.size(); ++t)
+    threads.emplace_back([&seen, t] {
+      Seen& s = seen[t];
+      for (int i = 0; i < 50; ++i) recurse_walk(static_cast<int>(t * 10), s.pcs.data(), &s.n, i == 0 ? &s.first : &s.last);
+      const uintptr_t rec = reinterpret_cast<uintptr_t>(&recurse_walk);
+      for (int i = 0; i < s.n; ++i) s.in_recurse += owner_index(s.pcs[static_cast<size_t>(i)], {rec}) == 0;
+    });
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < seen.size(); ++t) {
+    CHECK(seen[t].n > static_cast<int>(t * 10));
+    CHECK(seen[t].in_recurse == static_cast<int>(t * 10) + 1);
+    CHECK(seen[t].first != 0);
+    CHECK(seen[t].last == seen[t].first);
+  }
+#else
   std::vector<Both> results(4);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < results.size(); ++t)
@@ -207,6 +243,7 @@ TEST_CASE("capture: on other threads, each with its own table", "[capture]") {
     });
   for (auto& th : threads) th.join();
   for (const Both& b : results) check_same(b);
+#endif
 }
 
 TEST_CASE("capture: in a signal handler, on the thread's stack and on an alternate one", "[capture]") {
