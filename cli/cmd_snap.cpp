@@ -73,19 +73,31 @@ int cmd_snap(int argc, char** argv) {
     usage(stderr);
     return kExitUsage;
   }
-  std::vector<Running> found = find_running(state_dirs_for({pid}), {pid});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const std::vector<std::string> dirs = state_dirs_for({pid});
+  std::vector<Running> found = find_running(dirs, {pid});
+  // The file is there by name a moment before its header is complete (docs/state-file.md): a
+  // process that has just started is waited for, one that is not under memtrace is not.
+  while (found.empty() && process_alive(pid) && has_state_file_in_making(dirs, pid) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    found = find_running(dirs, {pid});
+  }
   if (found.empty()) {
     std::fprintf(stderr, "memtrace snap: %s\n", not_running(pid).c_str());
     return kExitUsage;
   }
   const state::PeekMap& map = *found.front().map;
   // A process that has just started makes its state file a moment before its signal handler is
-  // in place (the file says which signal only then): give it two seconds to get there.
+  // in place; until then the file says so, and the signal would end it.
   int sig = map.dump_signal();
-  for (const auto arm_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-       sig <= 0 && process_alive(pid) && std::chrono::steady_clock::now() < arm_deadline;
-       sig = map.dump_signal())
+  for (; sig == state::Header::kSignalNotArmed; sig = map.dump_signal()) {
+    if (!process_alive(pid)) return fail("process " + std::to_string(pid) + " ended before it could take a snapshot");
+    if (std::chrono::steady_clock::now() > deadline)
+      return fail("process " + std::to_string(pid) + " did not get ready for a snapshot within " +
+                  std::to_string(timeout_s) + " s");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (sig <= 0)
     return fail("process " + std::to_string(pid) +
                 " takes no snapshot on a signal (MEMTRACE_SIGNAL=none, or the program took the signal over)");
@@ -96,7 +108,6 @@ int cmd_snap(int argc, char** argv) {
   const uint64_t before = map.snapshots(&path);
   if (kill(static_cast<pid_t>(pid), sig) != 0)
     return fail("cannot signal process " + std::to_string(pid) + ": " + std::strerror(errno));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (;;) {
     if (map.snapshots(&path) > before) break;
     if (!process_alive(pid)) return fail("process " + std::to_string(pid) + " ended before its snapshot was complete");

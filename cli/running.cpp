@@ -74,6 +74,24 @@ std::vector<Running> find_running(const std::vector<std::string>& dirs, const st
   return out;
 }
 
+bool has_state_file_in_making(const std::vector<std::string>& dirs, long pid) {
+  for (const std::string& dir : dirs) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) continue;
+    bool making = false;
+    while (!making)
+      if (dirent* e = readdir(d)) {
+        std::string why;
+        making = pid_of_name(e->d_name) == pid && !state::PeekMap().open(dir + "/" + e->d_name, &why);
+      } else {
+        break;
+      }
+    closedir(d);
+    if (making) return true;
+  }
+  return false;
+}
+
 std::string not_running(long pid) {
   if (!process_alive(pid)) return "no process " + std::to_string(pid);
   return "process " + std::to_string(pid) + " is not running under memtrace (no state file of it)";

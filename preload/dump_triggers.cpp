@@ -224,9 +224,9 @@ void start_dump_triggers(const Config& c) {
                 c.dump_signal, std::strerror(errno));
     } else {
       g_signal = c.dump_signal;
-      note_dump_signal_armed(g_signal);
     }
   }
+  note_dump_signal_armed(g_signal);  // the signal, or 0 (none, or no handler): snap stops waiting
   if (g_signal > 0 || g_interval_s > 0) ensure_thread();
 }
 

@@ -20,7 +20,8 @@ void watch_fatal_signals();
 void end_state_file(bool snapshot_written);
 // In a forked child: the file is the parent's.
 void state_file_after_fork();
-// The handler for MEMTRACE_SIGNAL is in place: the state file says so, for `memtrace snap`.
+// The session has tried to install MEMTRACE_SIGNAL's handler: the state file says which signal
+// answers (0: none), for `memtrace snap`, which waits until it does.
 void note_dump_signal_armed(int sig);
 // The program took the dump signal over: `memtrace snap` must not send it.
 void note_dump_signal_off();

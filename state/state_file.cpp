@@ -166,6 +166,7 @@ bool StateFile::create_in(const std::string& dir, bool is_default, const CreateO
   copy_text(h->program, sizeof h->program, o.program);
   copy_text(h->host, sizeof h->host, o.host);
   copy_text(h->rank, sizeof h->rank, o.rank);
+  h->dump_signal.store(Header::kSignalNotArmed, std::memory_order_relaxed);  // until the handler is in place
   // The magic last: a reader that sees it sees a complete header.
   std::atomic_thread_fence(std::memory_order_release);
   std::memcpy(h->magic, kMagic, sizeof kMagic);

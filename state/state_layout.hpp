@@ -72,9 +72,11 @@ struct Header {
   std::atomic<uint64_t> unknown_frees;    // copied at times; informational
   std::atomic<int32_t> fatal_signal;      // the signal that was ending the process (0: none seen)
   // For `memtrace snap` (docs/state-file.md, "Asking for a snapshot"): the signal that writes a
-  // snapshot (MEMTRACE_SIGNAL, 0: none), and the last snapshot written while the program runs.
+  // snapshot (MEMTRACE_SIGNAL; 0: none; kSignalNotArmed until the session has tried to install
+  // its handler), and the last snapshot written while the program runs.
   // snapshot_seq is odd while last_snapshot changes and counts two per snapshot.
   std::atomic<int32_t> dump_signal;
+  static constexpr int32_t kSignalNotArmed = -1;
   std::atomic<uint64_t> snapshot_seq;
   char last_snapshot[2048];
 };

@@ -3380,7 +3380,8 @@ def case_state_top(ctx):
 def case_state_snap(ctx):
     """memtrace snap PID while 8 threads of the program allocate flat out: the path of a complete
     snapshot (the program's own, and the -o copy), twice; a process whose MEMTRACE_SIGNAL is none or
-    would end it; PIDs not under memtrace (one line, exit status 2)."""
+    would end it; one whose file is still being made (waited for within --timeout); PIDs not under
+    memtrace (one line, exit status 2)."""
     ctx.need_preload()
     ctx.need_sim()
     ctx.need_cli()
@@ -3435,6 +3436,23 @@ def case_state_snap(ctx):
         finally:
             p.stdin.close()
             p.wait(timeout=60)
+    # A file named for a live process but not readable yet (one being made): snap waits for it
+    # within --timeout, then says the process is not under memtrace.
+    sd = os.path.join(ctx.tmp, "making-state")
+    os.makedirs(sd)
+    e = ctx.base_env()
+    e["MEMTRACE_STATE_DIR"] = sd
+    sl = subprocess.Popen(["sleep", "60"], env=e, stdin=subprocess.DEVNULL)
+    try:
+        open(os.path.join(sd, f"memtrace-{sl.pid}.state"), "wb").close()
+        t0 = time.monotonic()
+        r = snap(str(sl.pid), "--timeout", "0.5")
+        waited = time.monotonic() - t0
+        check(r.returncode == 2 and "not running under memtrace" in r.stderr and waited >= 0.5,
+              f"snap of a process whose file is being made: exit {r.returncode} after {waited:.2f}s, {r.stderr!r}")
+    finally:
+        sl.kill()
+        sl.wait(timeout=60)
     for pid, words in ((os.getpid(), "not running under memtrace"), (4194304 + 7, "no process")):
         r = snap(str(pid))
         err = [l for l in r.stderr.splitlines() if l.strip()]
