@@ -12,10 +12,11 @@
 //                                       user runs it; its output is removed)
 //   device cuMemAlloc + cuMemFree, 4 KiB on the simulated device: plain, and under memtrace
 //                                       with MEMTRACE_STACKS=native MEMTRACE_STACK_DEPTH=32
-// Two shapes of program, each in all four configurations: "same", every pair from one call
-// site (a loop allocating the same way each time), and "varied", sixteen call sites in turn at
-// the same depth, so that no two allocations in a row have the same stack and memtrace's
-// remembered walks (docs/stack-capture.md) miss: its full walk and interning, every time.
+// Three shapes of program, each in all four configurations: "same", every pair from one call
+// site (a loop allocating the same way each time); "varied", sixteen call sites in turn at the
+// same depth, so that no two allocations in a row have the same stack (memtrace remembers 16
+// walks a thread: docs/stack-capture.md); and "many", 64 call sites in turn, more than it
+// remembers, so that every allocation pays its full walk, a search of the 16 in vain, and interning.
 // A pair is two events (an allocation, which takes a stack, and a free, which takes none in
 // either tool by default); "added per event" is (profiled - plain) / 2. The target (issue 18):
 // memtrace's added CPU per event at most half of heaptrack's. Prints the load average before
@@ -49,7 +50,7 @@ double thread_cpu_ns() {
   return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
-// One allocate + free. Sixteen copies of it, one per call site, for the varied stacks.
+// One allocate + free. A copy of it per call site, for the varied stacks.
 template <int Site>
 __attribute__((noinline)) void pair_at(bool device) {
   if (device) {
@@ -71,16 +72,15 @@ template <int... I>
 constexpr auto site_table(std::integer_sequence<int, I...>) {
   return std::array<void (*)(bool), sizeof...(I)>{&pair_at<I>...};
 }
-constexpr auto kSites = site_table(std::make_integer_sequence<int, 16>{});
+constexpr auto kSites = site_table(std::make_integer_sequence<int, 64>{});
 
-bool g_varied = false;
+size_t g_sites = 1;  // how many of kSites the program calls in turn
 
 __attribute__((noinline)) double timed_pairs(bool device, long pairs) {
   void* frames[256];
   g_frames_at_call = backtrace(frames, 256) + 1;  // and pair_at's frame
-  const size_t sites = g_varied ? kSites.size() : 1;
   double t0 = thread_cpu_ns();
-  for (long i = 0; i < pairs; ++i) kSites[static_cast<size_t>(i) % sites](device);
+  for (long i = 0; i < pairs; ++i) kSites[static_cast<size_t>(i) % g_sites](device);
   return (thread_cpu_ns() - t0) / static_cast<double>(pairs);
 }
 
@@ -99,8 +99,8 @@ __attribute__((noinline)) int descend_for_depth(bool device) {
   return std::max(0, kProgramDepth - g_frames_at_call + 1);
 }
 
-int child(bool device, long pairs, bool varied) {
-  g_varied = varied;
+int child(bool device, long pairs, const char* shape) {
+  g_sites = std::strcmp(shape, "many") == 0 ? 64 : std::strcmp(shape, "varied") == 0 ? 16 : 1;
   if (device) {
     CUdevice dev;
     CUcontext ctx;
@@ -150,7 +150,7 @@ std::string load_average() {
 
 int main(int argc, char** argv) {
   if (argc >= 5 && std::strcmp(argv[1], "--child") == 0)
-    return child(std::strcmp(argv[2], "device") == 0, std::atol(argv[3]), std::strcmp(argv[4], "varied") == 0);
+    return child(std::strcmp(argv[2], "device") == 0, std::atol(argv[3]), argv[4]);
   const long pairs = argc >= 2 ? std::max(1000L, std::atol(argv[1])) : 200000;
   const int rounds = argc >= 3 ? std::max(1, std::atoi(argv[2])) : 3;
   const char* preload = std::getenv("MEMTRACE_BENCH_PRELOAD");
@@ -165,8 +165,9 @@ int main(int argc, char** argv) {
     const char* what;
     Figure host = {}, host_ht = {}, dev = {}, dev_mt = {};
   };
-  Shape shapes[2] = {{"same", "one call site: every allocation has the same stack"},
-                     {"varied", "16 call sites in turn, at the same depth: 16 stacks, no two in a row alike"}};
+  Shape shapes[3] = {{"same", "one call site: every allocation has the same stack"},
+                     {"varied", "16 call sites in turn, at the same depth: 16 stacks, no two in a row alike"},
+                     {"many", "64 call sites in turn, at the same depth: more stacks than memtrace remembers"}};
   const std::vector<std::string> mt_env = {ld, "MEMTRACE_STACKS=native", "MEMTRACE_STACK_DEPTH=32", "MEMTRACE_SUMMARY=0",
                                            "MEMTRACE_OUTPUT=/tmp/memtrace-bench-%p.pickle",
                                            "MEMTRACE_MAX_ENTRIES=100000"};

@@ -69,14 +69,19 @@ struct Memo {
   } read[kMemoReads];
   uintptr_t out[kMemoFrames];
 };
-constexpr unsigned kMemoSetBits = 2, kMemoSets = 1u << kMemoSetBits, kMemoWays = 4;  // 16 walks, 50 KiB
+// One set, searched in full: the walk starts inside memtrace, so the starting pc is the same for
+// every capture and sp differs only with depth; any index built from them put the call sites of
+// one depth into one small set (4 of the 16 walks usable). A check that fails on a start
+// register costs a compare, one that fails on a word stops at the first group that differs.
+constexpr unsigned kMemos = 16;  // 50 KiB
 
 struct ThreadWalk {
   Slot slots[kSlots];
   uintptr_t stack_lo, stack_hi;  // [lo, hi): the thread's stack; hi = 0: not known
   uint64_t versions;
-  uint8_t victim[kMemoSets];
-  Memo memos[kMemoSets][kMemoWays];
+  uint8_t victim;  // the next walk replaces this one (oldest first)
+  uint8_t last;    // the last one returned: the search starts there, a loop's site repeats
+  Memo memos[kMemos];
 };
 
 // The table is mmapped, not malloc'd: capture may run wherever the program allocates device
@@ -175,21 +180,22 @@ inline PackedRule rule_of(ThreadWalk& w, uintptr_t pc) {
   const uintptr_t hi = w.stack_hi;
   if (sp < w.stack_lo || sp >= hi) return -1;  // a signal stack, a coroutine's stack
 
-  const unsigned set = static_cast<unsigned>(((sp ^ pc) * 0x9E3779B97F4A7C15ull) >> (64 - kMemoSetBits));
-  for (unsigned way = 0; way < kMemoWays; ++way) {
-    const Memo& m = w.memos[set][way];
+  for (unsigned k = 0, i = w.last; k < kMemos; ++k, i = (i + 1) % kMemos) {
+    const Memo& m = w.memos[i];
     if (memo_holds(m, pc, sp, fp, max_depth)) {
       std::memcpy(out, m.out, static_cast<size_t>(m.n) * sizeof(uintptr_t));
       *token = m.version;
+      w.last = static_cast<uint8_t>(i);
       return m.n;
     }
   }
   const bool remember = max_depth <= kMemoFrames;
-  Memo& m = w.memos[set][w.victim[set]];
+  const unsigned slot = w.victim;
+  Memo& m = w.memos[slot];
   if (remember) {
     m.pc0 = 0;  // written in full below, or left empty; a handler that captures meanwhile skips it
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    w.victim[set] = static_cast<uint8_t>((w.victim[set] + 1) % kMemoWays);
+    w.victim = static_cast<uint8_t>((slot + 1) % kMemos);
   }
   const uintptr_t pc0 = pc, sp0 = sp, fp0 = fp;
   bool fp_known = true, fp_initial = true, uses_fp0 = false, fp_pending = false;
@@ -252,6 +258,7 @@ inline PackedRule rule_of(ThreadWalk& w, uintptr_t pc) {
     m.version = *token = ++w.versions;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     m.pc0 = pc0;
+    w.last = static_cast<uint8_t>(slot);
   }
   return n;
 }

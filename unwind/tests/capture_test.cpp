@@ -1,9 +1,11 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "unwind/stack_capture.hpp"
@@ -337,4 +339,37 @@ TEST_CASE("capture: a repeated stack is answered from the remembered walk, a cha
       check_tokened(lr[1]);
       CHECK(lr[0].token != lr[1].token);
     }
+}
+
+namespace {
+
+// Sixteen call sites with the same frames above and below: at capture the pc and the stack
+// pointer are the same for all, only the return address into via_site<I> differs.
+template <int I>
+[[gnu::noipa]] int via_site(Tokened& t) {
+  int r = climb(6, t);
+  asm volatile("" : "+r"(r));
+  return r + I;
+}
+template <int... I>
+constexpr std::array<int (*)(Tokened&), sizeof...(I)> site_table(std::integer_sequence<int, I...>) {
+  return {&via_site<I>...};
+}
+constexpr auto kSites = site_table(std::make_integer_sequence<int, 16>{});
+
+}  // namespace
+
+TEST_CASE("capture: sixteen stacks taking turns at the same pc and sp are all remembered", "[capture]") {
+  // Before the remembered walks were searched in full, the same pc and sp sent all of these to
+  // one set of four: the second round walked again and each got a new token.
+  std::vector<Tokened> first(kSites.size()), second(kSites.size());
+  for (int round = 0; round < 2; ++round)  // one call instruction for both rounds
+    for (size_t i = 0; i < kSites.size(); ++i) kSites[i](round == 0 ? first[i] : second[i]);
+  for (size_t i = 0; i < kSites.size(); ++i) {
+    check_tokened(first[i]);
+    check_tokened(second[i]);
+    CHECK(first[i].token != 0);
+    CHECK(second[i].token == first[i].token);
+    for (size_t j = 0; j < i; ++j) CHECK(first[i].token != first[j].token);
+  }
 }
