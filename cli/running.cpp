@@ -79,13 +79,13 @@ bool has_state_file_in_making(const std::vector<std::string>& dirs, long pid) {
     DIR* d = opendir(dir.c_str());
     if (!d) continue;
     bool making = false;
-    while (!making)
-      if (dirent* e = readdir(d)) {
-        std::string why;
-        making = pid_of_name(e->d_name) == pid && !state::PeekMap().open(dir + "/" + e->d_name, &why);
-      } else {
+    while (dirent* e = readdir(d)) {
+      std::string why;
+      if (pid_of_name(e->d_name) == pid && !state::PeekMap().open(dir + "/" + e->d_name, &why)) {
+        making = true;
         break;
       }
+    }
     closedir(d);
     if (making) return true;
   }
