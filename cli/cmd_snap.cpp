@@ -35,6 +35,13 @@ void usage(std::FILE* out) {
 // sends one that would end the program when its handler is gone.
 bool only_asks(int sig) { return sig == SIGUSR1 || sig == SIGUSR2 || (sig >= SIGRTMIN && sig <= SIGRTMAX); }
 
+// "0.5 s", "60 s": the timeout as the user typed it, not to_string's six decimals.
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 int fail(const std::string& line) {
   std::fprintf(stderr, "memtrace snap: %s\n", line.c_str());
   return 1;
@@ -94,8 +101,7 @@ int cmd_snap(int argc, char** argv) {
   for (; sig == state::Header::kSignalNotArmed; sig = map.dump_signal()) {
     if (!process_alive(pid)) return fail("process " + std::to_string(pid) + " ended before it could take a snapshot");
     if (std::chrono::steady_clock::now() > deadline)
-      return fail("process " + std::to_string(pid) + " did not get ready for a snapshot within " +
-                  std::to_string(timeout_s) + " s");
+      return fail("process " + std::to_string(pid) + " did not get ready for a snapshot within " + seconds(timeout_s));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (sig <= 0)
@@ -112,8 +118,8 @@ int cmd_snap(int argc, char** argv) {
     if (map.snapshots(&path) > before) break;
     if (!process_alive(pid)) return fail("process " + std::to_string(pid) + " ended before its snapshot was complete");
     if (std::chrono::steady_clock::now() > deadline)
-      return fail("no snapshot from process " + std::to_string(pid) + " within " + std::to_string(timeout_s) +
-                  " s (does every thread of it block signal " + std::to_string(sig) + "?)");
+      return fail("no snapshot from process " + std::to_string(pid) + " within " + seconds(timeout_s) +
+                  " (does every thread of it block signal " + std::to_string(sig) + "?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (path.empty()) return fail("process " + std::to_string(pid) + " wrote a snapshot whose path it could not note");
