@@ -1,12 +1,38 @@
 // Trace entries, frames and stacks: made typed records while the pickle VM builds them (take()),
 // then copied into device_traces list by list (snapshot_decoder_internal.hpp, "Decisions").
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <new>
 #include <string>
 
 #include "cli/reader/snapshot_decoder_internal.hpp"
 
 namespace memtrace::reader::detail {
+
+EntryChunk::EntryChunk(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  bytes_ = (bytes + page - 1) / page * page;
+  // Room to slide to a 2 MiB boundary, then the slack on both sides unmapped.
+  const size_t slack = bytes_ >= kHuge ? kHuge : 0;
+  void* m = ::mmap(nullptr, bytes_ + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  uintptr_t base = reinterpret_cast<uintptr_t>(m);
+  uintptr_t start = slack ? (base + kHuge - 1) & ~(uintptr_t{kHuge} - 1) : base;
+  if (start > base) ::munmap(m, start - base);
+  if (base + bytes_ + slack > start + bytes_)
+    ::munmap(reinterpret_cast<void*>(start + bytes_), base + bytes_ + slack - (start + bytes_));
+  p_ = reinterpret_cast<TraceEntry*>(start);
+  pickle::advise_huge_pages(p_, bytes_);
+}
+
+void EntryChunk::reset() {
+  if (p_ != nullptr) ::munmap(p_, bytes_);
+  p_ = nullptr;
+}
 
 StreamId Decoder::stream_id(uint64_t value) {
   if (value == 0) return 0;
@@ -281,15 +307,8 @@ bool Decoder::take(pickle::Vm& vm, uint32_t obj, const Value* kv, size_t n_pairs
     format::RawId kept = 0;
     if (pool_size_ >= UINT32_MAX - kChunk || !entry_from_pairs(kv, n_pairs, &e, &why, &kept)) return false;
     if (pool_size_ == chunk_start(static_cast<uint32_t>(pool_.size()))) {
-      size_t bytes = chunk_capacity(static_cast<uint32_t>(pool_.size())) * sizeof(TraceEntry);
-      constexpr size_t kHuge = size_t{2} << 20;
-      // aligned_alloc wants a size that is a multiple of the alignment (48-byte entries are not).
-      if (bytes >= kHuge) bytes = (bytes + kHuge - 1) / kHuge * kHuge;
-      void* p = bytes >= kHuge ? std::aligned_alloc(kHuge, bytes) : std::malloc(bytes);
-      if (!p) throw std::bad_alloc();
-      pickle::advise_huge_pages(p, bytes);
-      pool_.emplace_back(static_cast<TraceEntry*>(p));
-      pool_bytes_ += bytes;
+      pool_.emplace_back(chunk_capacity(static_cast<uint32_t>(pool_.size())) * sizeof(TraceEntry));
+      pool_bytes_ += pool_.back().bytes();
       account();
     }
     uint32_t idx = pool_size_++;
