@@ -2,9 +2,11 @@
 //   unwind::capture(out, 32) called from 40 noinline frames deep (so 32 frames are really walked),
 //   and beside it unwind::capture_libunwind (libunwind's unw_backtrace alone, what capture used
 //   before it walked the stack itself), batches alternated, with the frames checked equal; then
-//   capture from 8 call sites in turn at the same depth (each a remembered walk, found among the
-//   16 a thread keeps: docs/stack-capture.md, "Repeated stacks"), and from 32 in turn, more than
-//   are remembered, so that every capture searches all 16 in vain and walks in full
+//   capture from several call sites at the same depth (docs/stack-capture.md, "Repeated stacks"):
+//     8 and 32 in turn (a loop's sites in the same order each time: the predicted walk),
+//     32 in a shuffled order (found through the hints, joined past the frames they share),
+//     128 in turn, more than the 64 a thread remembers (each joined and remembered anew),
+//   each row with how its captures were answered (remembered whole, joined, walked in full)
 //   StackTable::intern of a 32-frame stack the table already holds (the lock-free lookup path)
 //   StackTable::intern of a new 32-frame stack (insert path), for comparison
 //
@@ -44,7 +46,14 @@ std::vector<double> g_capture_ns, g_libunwind_ns;
 int g_depth_seen = 0, g_libunwind_depth = 0;
 bool g_same_frames = true;
 
-std::vector<double> g_varied_ns, g_many_ns;
+// Call-site shapes: which sites, in what order, and how their captures were answered.
+struct Shape {
+  const char* label;
+  std::vector<int> order;
+  std::vector<double> ns;
+  memtrace::unwind::CaptureCounts how;
+};
+std::vector<Shape> g_shapes;
 
 template <int Site>
 __attribute__((noinline)) int capture_at(uintptr_t* buf) {
@@ -57,20 +66,44 @@ template <int... I>
 constexpr std::array<SiteFn, sizeof...(I)> site_table(std::integer_sequence<int, I...>) {
   return {&capture_at<I>...};
 }
-constexpr auto kSites = site_table(std::make_integer_sequence<int, 32>{});
+constexpr auto kSites = site_table(std::make_integer_sequence<int, 128>{});
 
-// Captures from `sites` call sites in turn, timed per batch.
-void measure_sites(int sites, std::vector<double>* ns) {
+// Captures from the shape's sites in its order, timed per batch.
+void measure_sites(Shape& shape) {
   uintptr_t buf[64];
-  for (int w = 0; w < 1000; ++w) g_sink = g_sink + kSites[static_cast<size_t>(w % sites)](buf);
+  const std::vector<int>& order = shape.order;
+  for (size_t w = 0; w < 1000; ++w) g_sink = g_sink + kSites[static_cast<size_t>(order[w % order.size()])](buf);
+  const auto before = memtrace::unwind::capture_counts();
+  size_t at = 0;
   for (int b = 0; b < g_batches; ++b) {
     auto t0 = Clock::now();
     int n = 0;
-    for (int i = 0; i < g_per_batch; ++i) n += kSites[static_cast<size_t>(i % sites)](buf);
+    for (int i = 0; i < g_per_batch; ++i, at = (at + 1) % order.size()) n += kSites[static_cast<size_t>(order[at])](buf);
     auto t1 = Clock::now();
     g_sink = g_sink + n;
-    ns->push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
+    shape.ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
   }
+  const auto after = memtrace::unwind::capture_counts();
+  shape.how = {after.remembered - before.remembered, after.joined - before.joined, after.walked - before.walked};
+}
+
+std::vector<int> in_turn(int sites) {
+  std::vector<int> v(static_cast<size_t>(sites));
+  for (int i = 0; i < sites; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// 32 sites, each 32 times, in an order no prediction follows (a fixed LCG shuffle).
+std::vector<int> shuffled(int sites) {
+  std::vector<int> v;
+  for (int r = 0; r < 32; ++r)
+    for (int i = 0; i < sites; ++i) v.push_back(i);
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = v.size() - 1; i > 0; --i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(v[i], v[static_cast<size_t>((x >> 33) % (i + 1))]);
+  }
+  return v;
 }
 
 __attribute__((noinline)) void measure_capture() {
@@ -97,8 +130,11 @@ __attribute__((noinline)) void measure_capture() {
     g_capture_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / g_per_batch);
     g_libunwind_ns.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() / g_per_batch);
   }
-  measure_sites(8, &g_varied_ns);
-  measure_sites(32, &g_many_ns);
+  g_shapes.push_back({"capture, 8 call sites in turn", in_turn(8), {}, {}});
+  g_shapes.push_back({"capture, 32 call sites in turn", in_turn(32), {}, {}});
+  g_shapes.push_back({"capture, 32 call sites shuffled", shuffled(32), {}, {}});
+  g_shapes.push_back({"capture, 128 call sites in turn", in_turn(128), {}, {}});
+  for (Shape& shape : g_shapes) measure_sites(shape);
 }
 
 // Distinct frames, not inlined, not a tail call (the volatile add after the call).
@@ -121,8 +157,6 @@ int main(int argc, char** argv) {
   recurse(40);
   Stats cap = stats(g_capture_ns);
   Stats lib = stats(g_libunwind_ns);
-  Stats varied = stats(g_varied_ns);
-  Stats many = stats(g_many_ns);
 
   // intern of a known stack: a real 32-frame capture would do, but fixed addresses keep it exact.
   memtrace::unwind::StackTable table;
@@ -171,12 +205,13 @@ int main(int argc, char** argv) {
   std::printf("  %-48s median %7.1f   min %7.1f   (frames returned: %d; same frames: %s; capture/libunwind %.2fx)\n",
               "unwind::capture_libunwind (unw_backtrace), same", lib.median, lib.min, g_libunwind_depth,
               g_same_frames ? "yes" : "NO", cap.median / lib.median);
-  std::printf("  %-48s median %7.1f   min %7.1f   (capture/libunwind %.2fx)\n",
-              "unwind::capture, 8 call sites in turn (remembered)", varied.median, varied.min,
-              varied.median / lib.median);
-  std::printf("  %-48s median %7.1f   min %7.1f   (capture/libunwind %.2fx)\n",
-              "unwind::capture, 32 call sites in turn (full walk)", many.median, many.min,
-              many.median / lib.median);
+  for (const Shape& shape : g_shapes) {
+    const Stats st = stats(shape.ns);
+    std::printf("  %-48s median %7.1f   min %7.1f   (capture/libunwind %.2fx; answered: %llu remembered, %llu joined, %llu walked)\n",
+                shape.label, st.median, st.min, st.median / lib.median,
+                static_cast<unsigned long long>(shape.how.remembered), static_cast<unsigned long long>(shape.how.joined),
+                static_cast<unsigned long long>(shape.how.walked));
+  }
   std::printf("  %-48s median %7.1f   min %7.1f   (same id every time: %s; table %zu stacks)\n",
               "StackTable::intern, known 32-frame stack", kn.median, kn.min, same ? "yes" : "NO", table.size() - fresh.size() * static_cast<size_t>(g_per_batch));
   std::printf("  %-48s median %7.1f   min %7.1f   (%zu stacks inserted)\n", "StackTable::intern, new 32-frame stack",

@@ -45,7 +45,9 @@ struct IdMemo {
   uint32_t generation;
   uint32_t id;
 };
-constexpr unsigned kIdMemos = 16;
+// As many as the walks a thread remembers: the live tokens then never share an entry. (1.5 KiB of
+// static TLS; the library is preloaded, so the loader sizes the block for it.)
+constexpr unsigned kIdMemos = unwind::kRememberedWalks;
 __thread IdMemo t_ids[kIdMemos] __attribute__((tls_model("initial-exec")));
 }  // namespace
 
