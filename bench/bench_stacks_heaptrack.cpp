@@ -12,11 +12,12 @@
 //                                       user runs it; its output is removed)
 //   device cuMemAlloc + cuMemFree, 4 KiB on the simulated device: plain, and under memtrace
 //                                       with MEMTRACE_STACKS=native MEMTRACE_STACK_DEPTH=32
-// Three shapes of program, each in all four configurations: "same", every pair from one call
+// Four shapes of program, each in all four configurations: "same", every pair from one call
 // site (a loop allocating the same way each time); "varied", sixteen call sites in turn at the
-// same depth, so that no two allocations in a row have the same stack (memtrace remembers 16
-// walks a thread: docs/stack-capture.md); and "many", 64 call sites in turn, more than it
-// remembers, so that every allocation pays its full walk, a search of the 16 in vain, and interning.
+// same depth, so that no two allocations in a row have the same stack; "many", 64 call sites in
+// turn, as many walks as memtrace remembers a thread (docs/stack-capture.md); and "crowd", 256
+// in turn, four times that, so that most stacks are not remembered and each capture joins a
+// remembered walk where the stacks meet and interns its stack.
 // A pair is two events (an allocation, which takes a stack, and a free, which takes none in
 // either tool by default); "added per event" is (profiled - plain) / 2. The target (issue 18):
 // memtrace's added CPU per event at most half of heaptrack's. Prints the load average before
@@ -72,7 +73,7 @@ template <int... I>
 constexpr auto site_table(std::integer_sequence<int, I...>) {
   return std::array<void (*)(bool), sizeof...(I)>{&pair_at<I>...};
 }
-constexpr auto kSites = site_table(std::make_integer_sequence<int, 64>{});
+constexpr auto kSites = site_table(std::make_integer_sequence<int, 256>{});
 
 size_t g_sites = 1;  // how many of kSites the program calls in turn
 
@@ -100,7 +101,10 @@ __attribute__((noinline)) int descend_for_depth(bool device) {
 }
 
 int child(bool device, long pairs, const char* shape) {
-  g_sites = std::strcmp(shape, "many") == 0 ? 64 : std::strcmp(shape, "varied") == 0 ? 16 : 1;
+  g_sites = std::strcmp(shape, "crowd") == 0    ? 256
+            : std::strcmp(shape, "many") == 0   ? 64
+            : std::strcmp(shape, "varied") == 0 ? 16
+                                                : 1;
   if (device) {
     CUdevice dev;
     CUcontext ctx;
@@ -165,9 +169,10 @@ int main(int argc, char** argv) {
     const char* what;
     Figure host = {}, host_ht = {}, dev = {}, dev_mt = {};
   };
-  Shape shapes[3] = {{"same", "one call site: every allocation has the same stack"},
+  Shape shapes[4] = {{"same", "one call site: every allocation has the same stack"},
                      {"varied", "16 call sites in turn, at the same depth: 16 stacks, no two in a row alike"},
-                     {"many", "64 call sites in turn, at the same depth: more stacks than memtrace remembers"}};
+                     {"many", "64 call sites in turn, at the same depth: as many stacks as memtrace remembers"},
+                     {"crowd", "256 call sites in turn, at the same depth: four times what memtrace remembers"}};
   const std::vector<std::string> mt_env = {ld, "MEMTRACE_STACKS=native", "MEMTRACE_STACK_DEPTH=32", "MEMTRACE_SUMMARY=0",
                                            "MEMTRACE_OUTPUT=/tmp/memtrace-bench-%p.pickle",
                                            "MEMTRACE_MAX_ENTRIES=100000"};
