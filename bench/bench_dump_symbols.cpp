@@ -7,7 +7,10 @@
 //    own call chain, libc's start-up frames and _start): the calling thread's CPU time and the
 //    growth in resident memory of getting the process's dump Symbolizer and symbolizing them, as
 //    dump_snapshot() does (unwind/symbolizer_reuse.hpp), and whether libc's separate debug file
-//    (Debian's libc6-dbg, by build id under /usr/lib/debug/.build-id) is installed;
+//    (Debian's libc6-dbg, by build id under /usr/lib/debug/.build-id) is installed; three times,
+//    each in a fresh child process on the same CPU: with the debug cache off
+//    (MEMTRACE_DEBUG_CACHE=off, libc's compressed DWARF inflated by libdw), with an empty cache
+//    (the copy made), and with that cache again (the copy read: what every later program pays);
 //  - the tenth interval dump of the unchanged program: with the Symbolizer kept between dumps
 //    (what dumps do) and, side by side, with a fresh one each time (what they did before);
 //  - bench_symbolize's one-thread throughput against addr2line on its benchmark set (libstdc++,
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "unwind/debug_cache.hpp"
 #include "unwind/stack_capture.hpp"
 #include "unwind/symbolizer.hpp"
 #include "unwind/symbolizer_reuse.hpp"
@@ -95,7 +99,44 @@ bool libc_debug_installed(std::string* where) {
 
 }  // namespace
 
+// The child's part: the first dump alone, under MEMTRACE_DEBUG_CACHE as given; one line out.
+int first_dump_only() {
+  const char* cache = std::getenv("MEMTRACE_DEBUG_CACHE");
+  memtrace::unwind::set_debug_cache_setting(cache != nullptr ? cache : "off");
+  level3();
+  memtrace::unwind::SymbolizerReuse kept;
+  bool reused = false;
+  const long rss0 = resident_kb();
+  const double c0 = thread_cpu_ms();
+  const size_t frames = symbolize(kept, &reused);
+  const double ms = thread_cpu_ms() - c0;
+  std::printf("first %.3f %zu %ld %zu\n", ms, frames, resident_kb() - rss0,
+              memtrace::unwind::take_debug_cache_warnings().size());
+  return 0;
+}
+
+struct FirstDump {
+  double ms = -1;
+  size_t frames = 0;
+  long rss_kb = 0;
+  size_t warnings = 0;
+};
+
+FirstDump first_dump_in_child(const char* self, const std::string& cache) {
+  FirstDump d;
+  const std::string cmd = "MEMTRACE_BENCH_FIRST_DUMP_ONLY=1 MEMTRACE_DEBUG_CACHE='" + cache + "' '" + self + "'";
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, p) != nullptr)
+      if (std::sscanf(line, "first %lf %zu %ld %zu", &d.ms, &d.frames, &d.rss_kb, &d.warnings) == 4) break;
+    pclose(p);
+  }
+  return d;
+}
+
 int main(int argc, char** argv) {
+  if (const char* only = std::getenv("MEMTRACE_BENCH_FIRST_DUMP_ONLY"); only != nullptr && only[0] == '1')
+    return first_dump_only();
   int cpu = argc > 1 ? std::atoi(argv[1]) : sched_getcpu();
   const char* scale = argc > 2 ? argv[2] : "1.0";
   const char* repeat = argc > 3 ? argv[3] : "3";
@@ -118,7 +159,16 @@ int main(int argc, char** argv) {
   std::printf("stack: %zu return addresses, %zu distinct; libc's debug file %s: %s\n", g_stack.size(),
               distinct.size(), have_debug ? "installed" : "NOT installed", debug_file.c_str());
 
-  // The first dump of the process. (libc_debug_installed's Symbolizer read no DWARF: only the
+  // The first dump of a fresh process: cache off, empty, and holding the copy.
+  char tmpl[] = "/tmp/memtrace-bench-debug-cache-XXXXXX";
+  const std::string cache_dir = mkdtemp(tmpl) != nullptr ? tmpl : "/tmp/memtrace-bench-debug-cache";
+  const FirstDump off = first_dump_in_child(argv[0], "off");
+  const FirstDump cold = first_dump_in_child(argv[0], cache_dir);
+  const FirstDump warm = first_dump_in_child(argv[0], cache_dir);
+  // This process's dumps below read the copy, as a program's would once it is made.
+  memtrace::unwind::set_debug_cache_dir(cache_dir);
+
+  // The first dump of this process. (libc_debug_installed's Symbolizer read no DWARF: only the
   // loader's list.)
   memtrace::unwind::SymbolizerReuse kept;
   bool reused = false;
@@ -152,13 +202,28 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n%-58s %12s\n", "", "CPU ms");
-  std::printf("%-58s %12.3f   (%zu frames; resident memory +%ld KB)\n", "first dump: Symbolizer + 10 distinct addresses",
+  const struct {
+    const char* what;
+    const FirstDump& d;
+  } firsts[] = {{"first dump, debug cache off (libdw inflates libc's DWARF)", off},
+                {"first dump, empty debug cache (the copy made)", cold},
+                {"first dump, the copy in the cache (every later program)", warm}};
+  for (const auto& f : firsts)
+    std::printf("%-58s %12.3f   (%zu frames; resident memory +%ld KB; %zu cache warnings)\n", f.what, f.d.ms,
+                f.d.frames, f.d.rss_kb, f.d.warnings);
+  std::printf("%-58s %12.3f   (%zu frames; resident memory +%ld KB)\n", "first dump in this process (copy in the cache)",
               first_ms, frames, rss_growth);
   std::printf("%-58s %12.3f   (the last dump's Symbolizer: %s)\n", "tenth interval dump, Symbolizer kept between dumps",
               tenth_kept, tenth_reused ? "yes" : "NO");
   std::printf("%-58s %12.3f\n", "tenth interval dump, a fresh Symbolizer each dump", tenth_fresh);
-  std::printf("targets: first dump under 10 ms with libc's debug package (%s), tenth interval dump under 5 ms (%s)\n",
-              first_ms < 10 ? "met" : "MISSED", tenth_kept < 5 ? "met" : "MISSED");
+  std::printf("targets: first dump under 10 ms with libc's debug package: %s with the copy in the cache, %s when "
+              "the copy is made, %s with the cache off; tenth interval dump under 5 ms (%s)\n",
+              warm.ms >= 0 && warm.ms < 10 ? "met" : "MISSED", cold.ms >= 0 && cold.ms < 10 ? "met" : "missed",
+              off.ms >= 0 && off.ms < 10 ? "met" : "missed", tenth_kept < 5 ? "met" : "MISSED");
+  for (const std::string& f : {cache_dir}) {
+    const std::string rm = "rm -rf '" + f + "'";
+    if (std::system(rm.c_str()) != 0) std::printf("(could not remove %s)\n", f.c_str());
+  }
   std::fflush(stdout);
 
   // Throughput against addr2line, on the same CPU.

@@ -320,6 +320,16 @@ Config parse_config(GetEnvFn getenv_fn) {
   }
   if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) parse_skip_actions(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_STATE_DIR")) c.state_dir = v;  // checked when the file is made
+  if (const char* v = getenv_fn("MEMTRACE_DEBUG_CACHE")) {
+    const std::string dir(trim(v));
+    if (dir == "off" || dir == "none" || dir == "0") {
+      c.debug_cache = "off";
+    } else if (!dir.empty() && dir[0] == '/') {
+      c.debug_cache = dir;
+    } else if (!dir.empty()) {
+      log::cold().warn("MEMTRACE_DEBUG_CACHE='{}' is not an absolute folder or 'off'; using the default", v);
+    }
+  }
   if (const char* v = getenv_fn("MEMTRACE_RANGE_HISTORY")) {
     long long n;
     if (parse_int(v, 0, 16777216, &n))

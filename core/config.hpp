@@ -36,6 +36,8 @@ struct Config {
   size_t max_entries = 500000;                // MEMTRACE_MAX_ENTRIES (0 keeps no history)
   std::string state_dir;                      // MEMTRACE_STATE_DIR: the state file's folder ("" =
                                               // the per-user default; "off" = no state file)
+  std::string debug_cache;                    // MEMTRACE_DEBUG_CACHE: folder of decompressed debug files
+                                              // ("" = the per-user default; "off" = none)
   uint32_t skip_actions = 0;                  // MEMTRACE_SKIP_ACTIONS: bit per Action
   size_t range_history = 65536;               // MEMTRACE_RANGE_HISTORY: range starts and ends kept
                                               // for external_annotations (0 keeps none)

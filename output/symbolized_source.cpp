@@ -11,6 +11,7 @@
 #include "core/log.hpp"
 #include "output/dump.hpp"
 #include "output/frame_source.hpp"
+#include "unwind/debug_cache.hpp"
 #include "unwind/owner.hpp"
 #include "unwind/python_frames.hpp"
 #include "unwind/stack_table.hpp"
@@ -126,6 +127,7 @@ DumpReport dump_snapshot(const StateCopy& state, const unwind::StackTable& stack
       const double symbolize_cpu = thread_cpu_seconds() - cpu0;
       SymbolizedFrameSource src(stacks, *sym, exe);
       DumpReport rep = dump_with_source(state, src, request, ctx, exe, start);
+      for (const std::string& w : unwind::take_debug_cache_warnings()) log::warn("{}", w);
       rep.symbolizer_reused = lease->reused();
       rep.symbolize_cpu_seconds = symbolize_cpu;
       return rep;

@@ -18,6 +18,7 @@
 #include "preload/fork_child.hpp"
 #include "preload/immortal.hpp"
 #include "preload/state_session.hpp"
+#include "unwind/debug_cache.hpp"
 #include "unwind/own_code.hpp"
 #include "unwind/python_frames.hpp"
 
@@ -75,6 +76,7 @@ bool initialise() {
   s->stacks.limit_stacks(cfg.max_stacks);
   s->alloc_conf = parse_allocator_settings(cfg.alloc_conf);
   caching_mode::configure(cfg);
+  unwind::set_debug_cache_setting(cfg.debug_cache);
   unwind::own_code();  // found now rather than in the first stack capture
   unwind::set_python_read_mode(cfg.python == PythonMode::Off   ? unwind::PythonReadMode::Off
                                : cfg.python == PythonMode::Gil ? unwind::PythonReadMode::GilOnly

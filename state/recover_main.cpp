@@ -16,6 +16,7 @@
 #include "output/dump.hpp"
 #include "state/site_names.hpp"
 #include "state/state_reader.hpp"
+#include "unwind/debug_cache.hpp"
 #include "unwind/stack_table.hpp"
 #include "unwind/symbolizer.hpp"
 
@@ -113,6 +114,14 @@ int main(int argc, char** argv) {
 
   memtrace::unwind::StackTable table;
   renumber_stacks(&rec, &table);
+  // The debug-file cache as the library would use it (MEMTRACE_DEBUG_CACHE: "off", a folder, or
+  // the default).
+  const char* cache = std::getenv("MEMTRACE_DEBUG_CACHE");
+  const std::string cache_setting = cache == nullptr ? "" : cache;
+  memtrace::unwind::set_debug_cache_setting(cache_setting == "none" || cache_setting == "0" ? "off"
+                                            : cache_setting.empty() || cache_setting[0] == '/' || cache_setting == "off"
+                                                ? cache_setting
+                                                : "");
   memtrace::unwind::Symbolizer sym(rec.modules);  // the dead process's objects, at its addresses
   memtrace::output::SymbolizedFrameSource frames(table, sym, rec.program);
   name_owners(&rec, frames);
@@ -141,6 +150,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memtrace recover: warning: %llu live allocations did not fit in the state file and are missing\n",
                  static_cast<unsigned long long>(rec.live_unrecorded));
   if (!rec.same_boot) std::fprintf(stderr, "memtrace recover: warning: the file is from another boot; times are estimates\n");
+  for (const std::string& w : memtrace::unwind::take_debug_cache_warnings())
+    std::fprintf(stderr, "memtrace recover: warning: %s\n", w.c_str());
   std::fflush(stdout);
   return 0;
 }

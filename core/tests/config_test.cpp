@@ -84,6 +84,7 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
       {"MEMTRACE_SYMBOLIZE_THREADS", "0", "using auto"},
       {"MEMTRACE_SYMBOLIZE_THREADS", "65", "using auto"},
       {"MEMTRACE_SYMBOLIZE_THREADS", "many", "using auto"},
+      {"MEMTRACE_DEBUG_CACHE", "cache/here", "using the default"},
   };
   for (const Case& k : cases) {
     g_env = {{k.var, k.value}};
@@ -100,6 +101,19 @@ TEST_CASE("each bad value gets one warning naming the variable and the default")
     CHECK(c.summary == d.summary);
     CHECK(c.python == d.python);
     CHECK(c.symbolize_threads == d.symbolize_threads);
+    CHECK(c.debug_cache == d.debug_cache);
+  }
+}
+
+TEST_CASE("MEMTRACE_DEBUG_CACHE: off, a folder, or the default") {
+  for (auto [value, want] : {std::pair{"off", "off"}, std::pair{"none", "off"}, std::pair{"0", "off"},
+                             std::pair{"/var/cache/mt", "/var/cache/mt"}, std::pair{" /x ", "/x"}, std::pair{"", ""}}) {
+    g_env = {{"MEMTRACE_DEBUG_CACHE", value}};
+    StderrCapture cap;
+    Config c = parse_config(&fake_getenv);
+    INFO(value);
+    CHECK(c.debug_cache == want);
+    CHECK(cap.text().empty());
   }
 }
 
@@ -307,6 +321,10 @@ const std::vector<VariableCase>& variable_cases() {
       // Kept as text: the state file's folder is checked when the file is made (state/state_file.cpp).
       {"MEMTRACE_STATE_DIR", "/tmp/somewhere", [](const Config& c) { return c.state_dir == "/tmp/somewhere"; },
        nullptr, nullptr, [](const Config& c) { return c.state_dir.empty(); }},
+      // The debug-file cache's folder (unwind/debug_cache.hpp): absolute, or off.
+      {"MEMTRACE_DEBUG_CACHE", "/var/tmp/mt-debug", [](const Config& c) { return c.debug_cache == "/var/tmp/mt-debug"; },
+       "relative/folder", "is not an absolute folder or 'off'; using the default",
+       [](const Config& c) { return c.debug_cache.empty(); }},
       // Kept as text: the session parses it (preload/allocator_settings.cpp), and warns there.
       {"MEMTRACE_ALLOC_CONF", "expandable_segments:True,bogus:1",
        [](const Config& c) { return c.alloc_conf == "expandable_segments:True,bogus:1"; }, nullptr, nullptr,

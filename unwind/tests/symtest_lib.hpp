@@ -30,3 +30,7 @@ extern "C" SYMTEST_API int symtest_stripped_call(int x);
 // From the library whose DWARF is in a separate file named by .gnu_debuglink.
 extern "C" SYMTEST_API int symtest_debuglink_call(symtest::Callback cb, void* arg);
 extern "C" SYMTEST_API int symtest_debuglink_line();  // line of the cb call
+
+// From the library whose separate DWARF file is compressed (read through the debug cache).
+extern "C" SYMTEST_API int symtest_gz_call(symtest::Callback cb, void* arg);
+extern "C" SYMTEST_API int symtest_gz_line();  // line of the cb call

@@ -1,0 +1,167 @@
+// The debug cache (unwind/debug_cache.hpp) on a library whose separate debug file is compressed:
+// the frames are the same with and without it, the copy is made once and then used, and a
+// folder that cannot be written or a file that is not the copy costs nothing but a warning.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "symtest_lib.hpp"
+#include "unwind/debug_cache.hpp"
+#include "unwind/stack_capture.hpp"
+#include "unwind/symbolizer.hpp"
+
+using memtrace::unwind::Symbolizer;
+
+namespace {
+
+// A return address inside symtest_gz_call.
+uintptr_t address_in_gz_library() {
+  struct Out {
+    uintptr_t pcs[32];
+    int n = 0;
+  } out;
+  symtest_gz_call(
+      [](void* arg) -> int {
+        auto* o = static_cast<Out*>(arg);
+        o->n = memtrace::unwind::capture(o->pcs, 32);
+        return 0;
+      },
+      &out);
+  Symbolizer sym;
+  for (int i = 0; i < out.n; ++i) {
+    const std::string m(sym.module_of(out.pcs[i] - 1));
+    if (m.size() >= 22 && m.compare(m.size() - 22, 22, "libunwind_symtest_gz.so") == 0) return out.pcs[i];
+    if (m.find("libunwind_symtest_gz.so") != std::string::npos) return out.pcs[i];
+  }
+  return 0;
+}
+
+void check_frames(uintptr_t pc) {
+  Symbolizer sym;
+  const auto& f = sym.frames(pc);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].function == "symtest_gz_call");
+  const std::string file(f[0].file);
+  CHECK(file.substr(file.rfind('/') + 1) == "symtest_gz.cpp");
+  CHECK(f[0].line == symtest_gz_line());
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') out.push_back(dir + "/" + e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+// The ELF file's sections: (any compressed, any .debug_info).
+std::pair<bool, bool> sections_of(const std::string& path) {
+  elf_version(EV_CURRENT);
+  const int fd = open(path.c_str(), O_RDONLY);
+  bool compressed = false, info = false;
+  if (Elf* elf = elf_begin(fd, ELF_C_READ, nullptr)) {
+    size_t names = 0;
+    elf_getshdrstrndx(elf, &names);
+    for (Elf_Scn* s = elf_nextscn(elf, nullptr); s != nullptr; s = elf_nextscn(elf, s)) {
+      GElf_Shdr sh;
+      gelf_getshdr(s, &sh);
+      compressed |= (sh.sh_flags & SHF_COMPRESSED) != 0;
+      const char* n = elf_strptr(elf, names, sh.sh_name);
+      info |= n != nullptr && std::string(n) == ".debug_info";
+    }
+    elf_end(elf);
+  }
+  close(fd);
+  return {compressed, info};
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/memtrace-debug-cache-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    for (const std::string& f : files_in(path)) unlink(f.c_str());
+    rmdir(path.c_str());
+    memtrace::unwind::set_debug_cache_dir("");
+  }
+};
+
+std::string library_debug_file() {
+  Dl_info info{};
+  dladdr(reinterpret_cast<void*>(&symtest_gz_call), &info);
+  return std::string(info.dli_fname) + ".debug";
+}
+
+}  // namespace
+
+TEST_CASE("debug cache: a compressed debug file is read through a decompressed copy, made once", "[debug_cache]") {
+  REQUIRE(sections_of(library_debug_file()).first);  // the test library's debug file is compressed
+  const uintptr_t pc = address_in_gz_library();
+  REQUIRE(pc != 0);
+  TempDir dir;
+  memtrace::unwind::set_debug_cache_dir(dir.path);
+  check_frames(pc);
+  const auto made = files_in(dir.path);
+  REQUIRE(made.size() == 1);
+  CHECK(made[0].size() > 6);
+  CHECK(made[0].substr(made[0].size() - 6) == ".debug");
+  const auto [compressed, info] = sections_of(made[0]);
+  CHECK_FALSE(compressed);
+  CHECK(info);
+  struct stat before{}, after{};
+  REQUIRE(stat(made[0].c_str(), &before) == 0);
+  check_frames(pc);  // a new symbolizer: the copy, as it is
+  REQUIRE(stat(made[0].c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);
+  CHECK(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+  CHECK(files_in(dir.path).size() == 1);
+  CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
+
+  memtrace::unwind::set_debug_cache_dir("");  // off: the compressed file itself, same frames
+  check_frames(pc);
+}
+
+TEST_CASE("debug cache: a file under the copy's name that is not the copy is replaced", "[debug_cache]") {
+  const uintptr_t pc = address_in_gz_library();
+  REQUIRE(pc != 0);
+  TempDir dir;
+  memtrace::unwind::set_debug_cache_dir(dir.path);
+  check_frames(pc);
+  const auto made = files_in(dir.path);
+  REQUIRE(made.size() == 1);
+  {
+    std::ofstream junk(made[0], std::ios::trunc);
+    junk << "not an ELF file";
+  }
+  check_frames(pc);
+  CHECK(sections_of(made[0]).second);  // an ELF file with DWARF again
+}
+
+TEST_CASE("debug cache: a folder that cannot be made costs one warning, never the frames", "[debug_cache]") {
+  const uintptr_t pc = address_in_gz_library();
+  REQUIRE(pc != 0);
+  memtrace::unwind::take_debug_cache_warnings();
+  memtrace::unwind::set_debug_cache_dir("/proc/self/memtrace-cannot-be-here");
+  check_frames(pc);
+  const auto warned = memtrace::unwind::take_debug_cache_warnings();
+  REQUIRE(warned.size() == 1);
+  CHECK(warned[0].find("/proc/self/memtrace-cannot-be-here") != std::string::npos);
+  CHECK(warned[0].find("libunwind_symtest_gz.so.debug") != std::string::npos);
+  check_frames(pc);
+  CHECK(memtrace::unwind::take_debug_cache_warnings().empty());  // said once
+  memtrace::unwind::set_debug_cache_dir("");
+}
