@@ -99,28 +99,36 @@ bool libc_debug_installed(std::string* where) {
 
 }  // namespace
 
-// The child's part: the first dump alone, under MEMTRACE_DEBUG_CACHE as given; one line out.
-int first_dump_only() {
-  const char* cache = std::getenv("MEMTRACE_DEBUG_CACHE");
-  memtrace::unwind::set_debug_cache_setting(cache != nullptr ? cache : "off");
-  level3();
-  memtrace::unwind::SymbolizerReuse kept;
-  bool reused = false;
-  const long rss0 = resident_kb();
-  const double c0 = thread_cpu_ms();
-  const size_t frames = symbolize(kept, &reused);
-  const double ms = thread_cpu_ms() - c0;
-  std::printf("first %.3f %zu %ld %zu\n", ms, frames, resident_kb() - rss0,
-              memtrace::unwind::take_debug_cache_warnings().size());
-  return 0;
-}
-
 struct FirstDump {
   double ms = -1;
   size_t frames = 0;
   long rss_kb = 0;
   size_t warnings = 0;
 };
+
+// A process's first dump into kept: its CPU time, frames and growth in resident memory.
+FirstDump first_dump(memtrace::unwind::SymbolizerReuse& kept) {
+  bool reused = false;
+  FirstDump d;
+  const long rss0 = resident_kb();
+  const double c0 = thread_cpu_ms();
+  d.frames = symbolize(kept, &reused);
+  d.ms = thread_cpu_ms() - c0;
+  d.rss_kb = resident_kb() - rss0;
+  d.warnings = memtrace::unwind::take_debug_cache_warnings().size();
+  return d;
+}
+
+// The child's part: the first dump alone, under MEMTRACE_DEBUG_CACHE as given; one line out.
+int first_dump_only() {
+  const char* cache = std::getenv("MEMTRACE_DEBUG_CACHE");
+  memtrace::unwind::set_debug_cache_setting(cache != nullptr ? cache : "off");
+  level3();
+  memtrace::unwind::SymbolizerReuse kept;
+  const FirstDump d = first_dump(kept);
+  std::printf("first %.3f %zu %ld %zu\n", d.ms, d.frames, d.rss_kb, d.warnings);
+  return 0;
+}
 
 FirstDump first_dump_in_child(const char* self, const std::string& cache) {
   FirstDump d;
@@ -172,11 +180,7 @@ int main(int argc, char** argv) {
   // loader's list.)
   memtrace::unwind::SymbolizerReuse kept;
   bool reused = false;
-  const long rss0 = resident_kb();
-  const double c0 = thread_cpu_ms();
-  const size_t frames = symbolize(kept, &reused);
-  const double first_ms = thread_cpu_ms() - c0;
-  const long rss_growth = resident_kb() - rss0;
+  const FirstDump here = first_dump(kept);
   {
     auto lease = kept.acquire({});
     for (uintptr_t pc : g_stack)
@@ -212,7 +216,7 @@ int main(int argc, char** argv) {
     std::printf("%-58s %12.3f   (%zu frames; resident memory +%ld KB; %zu cache warnings)\n", f.what, f.d.ms,
                 f.d.frames, f.d.rss_kb, f.d.warnings);
   std::printf("%-58s %12.3f   (%zu frames; resident memory +%ld KB)\n", "first dump in this process (copy in the cache)",
-              first_ms, frames, rss_growth);
+              here.ms, here.frames, here.rss_kb);
   std::printf("%-58s %12.3f   (the last dump's Symbolizer: %s)\n", "tenth interval dump, Symbolizer kept between dumps",
               tenth_kept, tenth_reused ? "yes" : "NO");
   std::printf("%-58s %12.3f\n", "tenth interval dump, a fresh Symbolizer each dump", tenth_fresh);

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "symtest_lib.hpp"
 #include "unwind/debug_cache.hpp"
 #include "unwind/stack_capture.hpp"
 #include "unwind/symbolizer.hpp"
+#include "unwind/tests/test_util.hpp"
 
 using memtrace::unwind::Symbolizer;
 
@@ -26,23 +26,9 @@ namespace {
 
 // A return address inside symtest_gz_call.
 uintptr_t address_in_gz_library() {
-  struct Out {
-    uintptr_t pcs[32];
-    int n = 0;
-  } out;
-  symtest_gz_call(
-      [](void* arg) -> int {
-        auto* o = static_cast<Out*>(arg);
-        o->n = memtrace::unwind::capture(o->pcs, 32);
-        return 0;
-      },
-      &out);
   Symbolizer sym;
-  for (int i = 0; i < out.n; ++i) {
-    const std::string m(sym.module_of(out.pcs[i] - 1));
-    if (m.size() >= 22 && m.compare(m.size() - 22, 22, "libunwind_symtest_gz.so") == 0) return out.pcs[i];
-    if (m.find("libunwind_symtest_gz.so") != std::string::npos) return out.pcs[i];
-  }
+  for (uintptr_t pc : unwind_test::capture_via(symtest_gz_call))
+    if (unwind_test::base_name(sym.module_of(pc - 1)) == "libunwind_symtest_gz.so") return pc;
   return 0;
 }
 

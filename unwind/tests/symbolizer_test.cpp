@@ -169,22 +169,11 @@ TEST_CASE("symbolizer and module map: a library loaded afterwards", "[symbolizer
 }
 
 TEST_CASE("symbolizer: DWARF from a separate file named by .gnu_debuglink", "[symbolizer]") {
-  struct Out {
-    uintptr_t pcs[32];
-    int n = 0;
-  } out;
-  symtest_debuglink_call(
-      [](void* arg) -> int {
-        auto* o = static_cast<Out*>(arg);
-        o->n = memtrace::unwind::capture(o->pcs, 32);
-        return 0;
-      },
-      &out);
   Symbolizer sym;
   uintptr_t in_lib = 0;
-  for (int i = 0; i < out.n; ++i)
-    if (base_name(sym.module_of(out.pcs[i] - 1)) == "libunwind_symtest_debuglink.so") {
-      in_lib = out.pcs[i];
+  for (uintptr_t pc : unwind_test::capture_via(symtest_debuglink_call))
+    if (base_name(sym.module_of(pc - 1)) == "libunwind_symtest_debuglink.so") {
+      in_lib = pc;
       break;
     }
   REQUIRE(in_lib != 0);

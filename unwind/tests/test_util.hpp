@@ -23,6 +23,23 @@ inline std::string_view base_name(std::string_view p) {
   return s == std::string_view::npos ? p : p.substr(s + 1);
 }
 
+// A stack captured from the callback of `call`, one of the test libraries' entry points that take
+// (Callback, void*): its return address into that library is among the frames.
+inline std::vector<uintptr_t> capture_via(int (*call)(symtest::Callback, void*)) {
+  struct Out {
+    uintptr_t pcs[64];
+    int n = 0;
+  } out;
+  call(
+      [](void* arg) -> int {
+        auto* o = static_cast<Out*>(arg);
+        o->n = memtrace::unwind::capture(o->pcs, 64);
+        return 0;
+      },
+      &out);
+  return {out.pcs, out.pcs + out.n};
+}
+
 // A stack captured from inside the test library's inlined chain.
 inline std::vector<uintptr_t> capture_through_symtest() {
   struct Out {
