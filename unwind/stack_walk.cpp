@@ -354,7 +354,8 @@ struct Borrowed {
                       token);
         changed_memo = h->memo;
         changed_at = bad;
-        if (c.n == 0 && jump(o, bad, max_depth, remember, m, out, fp0, c, borrowed)) continue;
+        // From o's very start (its state 0 is ours): the words before bad held.
+        if (c.n == 0 && j == 0 && jump(o, bad, max_depth, remember, m, out, fp0, c, borrowed)) continue;
       }
     }
     if (remember) {
