@@ -273,6 +273,15 @@ log::Level log_level_setting(GetEnvFn getenv_fn, bool* bad) {
   return wrong ? fallback : l;
 }
 
+std::string debug_cache_setting(const char* value, bool* bad) {
+  const std::string dir(trim(value != nullptr ? value : ""));
+  *bad = false;
+  if (dir == "off" || dir == "none" || dir == "0") return "off";
+  if (dir.empty() || dir[0] == '/') return dir;
+  *bad = true;
+  return "";
+}
+
 Config parse_config(GetEnvFn getenv_fn) {
   Config c;
   if (const char* v = getenv_fn("MEMTRACE_DEBUG")) {
@@ -321,14 +330,9 @@ Config parse_config(GetEnvFn getenv_fn) {
   if (const char* v = getenv_fn("MEMTRACE_SKIP_ACTIONS")) parse_skip_actions(v, &c);
   if (const char* v = getenv_fn("MEMTRACE_STATE_DIR")) c.state_dir = v;  // checked when the file is made
   if (const char* v = getenv_fn("MEMTRACE_DEBUG_CACHE")) {
-    const std::string dir(trim(v));
-    if (dir == "off" || dir == "none" || dir == "0") {
-      c.debug_cache = "off";
-    } else if (!dir.empty() && dir[0] == '/') {
-      c.debug_cache = dir;
-    } else if (!dir.empty()) {
-      log::cold().warn("MEMTRACE_DEBUG_CACHE='{}' is not an absolute folder or 'off'; using the default", v);
-    }
+    bool bad = false;
+    c.debug_cache = debug_cache_setting(v, &bad);
+    if (bad) log::cold().warn("MEMTRACE_DEBUG_CACHE='{}' is not an absolute folder or 'off'; using the default", v);
   }
   if (const char* v = getenv_fn("MEMTRACE_RANGE_HISTORY")) {
     long long n;

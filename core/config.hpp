@@ -80,6 +80,10 @@ Config parse_config(GetEnvFn getenv_fn);
 // gives it as Config::log_level, with the warning a bad value costs.
 log::Level log_level_setting(GetEnvFn getenv_fn, bool* bad = nullptr);
 
+// MEMTRACE_DEBUG_CACHE's value as Config keeps it: "off" (also "none", "0"), an absolute folder,
+// or "" for the default; *bad set (and "" given) when it is none of these.
+std::string debug_cache_setting(const char* value, bool* bad);
+
 // Helpers shared with the launcher and tests.
 bool parse_bool(const char* s, bool* out);
 bool parse_size_bytes(const char* s, uint64_t* out);  // "4096", "16G", "512M", "1.5K"

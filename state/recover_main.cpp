@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "core/config.hpp"
 #include "output/dump.hpp"
 #include "state/site_names.hpp"
 #include "state/state_reader.hpp"
@@ -116,12 +117,12 @@ int main(int argc, char** argv) {
   renumber_stacks(&rec, &table);
   // The debug-file cache as the library would use it (MEMTRACE_DEBUG_CACHE: "off", a folder, or
   // the default).
+  bool bad_cache = false;
   const char* cache = std::getenv("MEMTRACE_DEBUG_CACHE");
-  const std::string cache_setting = cache == nullptr ? "" : cache;
-  memtrace::unwind::set_debug_cache_setting(cache_setting == "none" || cache_setting == "0" ? "off"
-                                            : cache_setting.empty() || cache_setting[0] == '/' || cache_setting == "off"
-                                                ? cache_setting
-                                                : "");
+  memtrace::unwind::set_debug_cache_setting(memtrace::debug_cache_setting(cache, &bad_cache));
+  if (bad_cache)
+    std::fprintf(stderr, "memtrace recover: warning: MEMTRACE_DEBUG_CACHE='%s' is not an absolute folder or 'off'; "
+                 "using the default\n", cache);
   memtrace::unwind::Symbolizer sym(rec.modules);  // the dead process's objects, at its addresses
   memtrace::output::SymbolizedFrameSource frames(table, sym, rec.program);
   name_owners(&rec, frames);

@@ -217,23 +217,30 @@ std::vector<std::string> take_debug_cache_warnings() {
 
 namespace detail {
 
-int open_copy(const unsigned char* id, int id_len, char** copy_path) {
+int open_by_build_id(const unsigned char* id, int id_len, char** path) {
   if (id == nullptr || id_len <= 0) return -1;
   const std::string dir = debug_cache_dir();
   if (dir.empty()) return -1;
-  const std::string copy = dir + "/" + hex(id, id_len) + ".debug";
-  const int cfd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
-  if (cfd < 0) return -1;
   elf_version(EV_CURRENT);
-  if (!copy_holds(cfd, id, id_len)) {
-    close(cfd);
-    return -1;
+  const std::string hexid = hex(id, id_len);
+  const std::string copy = dir + "/" + hexid + ".debug";
+  int fd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && copy_holds(fd, id, id_len)) {
+    if (path != nullptr) {
+      std::free(*path);
+      *path = strdup(copy.c_str());
+    }
+    return fd;
   }
-  if (copy_path != nullptr) {
-    std::free(*copy_path);
-    *copy_path = strdup(copy.c_str());
+  if (fd >= 0) close(fd);
+  const std::string file = "/usr/lib/debug/.build-id/" + hexid.substr(0, 2) + "/" + hexid.substr(2) + ".debug";
+  fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (path != nullptr) {
+    std::free(*path);
+    *path = strdup(file.c_str());
   }
-  return cfd;
+  return debug_file_or_copy(fd, file.c_str(), id, id_len, path);
 }
 
 int debug_file_or_copy(int fd, const char* path, const unsigned char* id, int id_len, char** copy_path) {

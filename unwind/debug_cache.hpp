@@ -27,9 +27,12 @@ void set_debug_cache_setting(const std::string& setting);
 std::vector<std::string> take_debug_cache_warnings();
 
 namespace detail {
-// The copy for build id id[0..id_len) when the cache holds one: its fd, and its path in *copy_path
-// (malloc'd); else -1.
-int open_copy(const unsigned char* id, int id_len, char** copy_path);
+// With the cache on, the debug file for build id id[0..id_len): the cache's copy when it holds
+// one, else the distribution's /usr/lib/debug/.build-id file (through a copy made now when its
+// DWARF is compressed). Its fd, and its path in *path (malloc'd, for libdwfl); -1 when the cache
+// is off or neither is there. (Looked up here rather than by libdwfl's build-id lookup, which keeps
+// the file it found open inside the module whatever the callback returns.)
+int open_by_build_id(const unsigned char* id, int id_len, char** path);
 // fd is an open debug file at path, whose build id is id[0..id_len). When its debug sections are
 // compressed and a cache folder is set: an fd for the decompressed copy (made now if missing) and
 // its path in *copy_path (malloc'd, for libdwfl); fd is then closed. Otherwise fd itself.

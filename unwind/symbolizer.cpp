@@ -137,26 +137,9 @@ int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf
   const unsigned char* want = nullptr;
   GElf_Addr vaddr = 0;
   const int want_len = dwfl_module_build_id(mod, &want, &vaddr);
-  // A decompressed copy of its debug file, when the cache holds one (unwind/debug_cache.hpp).
-  int fd = open_copy(want, want_len, debuginfo_file_name);
+  // With the debug cache on, by build id through it (unwind/debug_cache.hpp).
+  int fd = open_by_build_id(want, want_len, debuginfo_file_name);
   if (fd >= 0) return fd;
-  // With the cache on, the distribution's build-id folder is looked in here, so that a file whose
-  // DWARF is compressed is read through a copy made now. (libdwfl's own lookup keeps the file it
-  // found open inside the module, whatever this callback returns.)
-  if (want_len > 0 && !debug_cache_dir().empty()) {
-    static const char digits[] = "0123456789abcdef";
-    std::string id;
-    for (int i = 0; i < want_len; ++i) {
-      id += digits[want[i] >> 4];
-      id += digits[want[i] & 15];
-    }
-    const std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      if (debuginfo_file_name != nullptr) *debuginfo_file_name = strdup(path.c_str());
-      return debug_file_or_copy(fd, path.c_str(), want, want_len, debuginfo_file_name);
-    }
-  }
   fd = dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc,
                                     debuginfo_file_name);
   if (fd >= 0 || debuglink_file == nullptr || file_name == nullptr || file_name[0] != '/') return fd;
