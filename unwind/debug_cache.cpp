@@ -80,6 +80,25 @@ bool copy_holds(int fd, const unsigned char* id, int id_len) {
   return ok;
 }
 
+// *path = a malloc'd copy of `to` (what libdwfl frees), the old one freed.
+void set_path(char** path, const std::string& to) {
+  if (path == nullptr) return;
+  std::free(*path);
+  *path = strdup(to.c_str());
+}
+
+// The copy at `copy`, opened, when it holds (copy_holds), its path put in *path; else -1.
+int open_holding_copy(const std::string& copy, const unsigned char* id, int id_len, char** path) {
+  const int fd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (!copy_holds(fd, id, id_len)) {
+    close(fd);
+    return -1;
+  }
+  set_path(path, copy);
+  return fd;
+}
+
 bool make_dirs(const std::string& dir) {
   for (size_t at = 1; at <= dir.size(); ++at) {
     if (at != dir.size() && dir[at] != '/') continue;
@@ -223,23 +242,11 @@ int open_by_build_id(const unsigned char* id, int id_len, char** path) {
   if (dir.empty()) return -1;
   elf_version(EV_CURRENT);
   const std::string hexid = hex(id, id_len);
-  const std::string copy = dir + "/" + hexid + ".debug";
-  int fd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0 && copy_holds(fd, id, id_len)) {
-    if (path != nullptr) {
-      std::free(*path);
-      *path = strdup(copy.c_str());
-    }
-    return fd;
-  }
-  if (fd >= 0) close(fd);
+  if (const int fd = open_holding_copy(dir + "/" + hexid + ".debug", id, id_len, path); fd >= 0) return fd;
   const std::string file = "/usr/lib/debug/.build-id/" + hexid.substr(0, 2) + "/" + hexid.substr(2) + ".debug";
-  fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
-  if (path != nullptr) {
-    std::free(*path);
-    *path = strdup(file.c_str());
-  }
+  set_path(path, file);
   return debug_file_or_copy(fd, file.c_str(), id, id_len, path);
 }
 
@@ -255,28 +262,18 @@ int debug_file_or_copy(int fd, const char* path, const unsigned char* id, int id
   }
   if (bytes == 0 || bytes > kMaxCopyBytes) return fd;
   const std::string copy = dir + "/" + hex(id, id_len) + ".debug";
-  int cfd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
-  if (cfd >= 0 && !copy_holds(cfd, id, id_len)) {
-    close(cfd);  // another file under that name (a crash mid-rename cannot leave one; a person can)
-    cfd = -1;
-    unlink(copy.c_str());
-  }
+  int cfd = open_holding_copy(copy, id, id_len, copy_path);
   if (cfd < 0) {
+    // Absent, or another file under that name (a crash mid-rename cannot leave one; a person can).
+    unlink(copy.c_str());
     const std::string err = make_copy(fd, dir, copy);
     if (!err.empty()) {
       warn_once(dir, "no decompressed copy of " + std::string(path != nullptr ? path : "a debug file") + " kept in " +
                          dir + " (" + err + "); its compressed DWARF is read as it is");
       return fd;
     }
-    cfd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
-    if (cfd < 0 || !copy_holds(cfd, id, id_len)) {
-      if (cfd >= 0) close(cfd);
-      return fd;
-    }
-  }
-  if (copy_path != nullptr) {
-    std::free(*copy_path);
-    *copy_path = strdup(copy.c_str());
+    cfd = open_holding_copy(copy, id, id_len, copy_path);
+    if (cfd < 0) return fd;
   }
   close(fd);
   return cfd;

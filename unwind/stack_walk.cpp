@@ -151,6 +151,15 @@ struct WritingSpare {
   }
 };
 
+// A remembered walk's frames are the answer again: its token, and it is the walk that followed
+// the last one returned (the prediction) and now the last.
+inline void returned_again(ThreadWalk& w, unsigned memo, uint64_t* token) {
+  *token = w.memos[memo].version;
+  w.memos[memo].used = true;
+  w.next[w.last] = static_cast<uint8_t>(memo);
+  w.last = static_cast<uint8_t>(memo);
+}
+
 // Where a walk is: the state before its next step, and what it has read and may remember.
 struct Cursor {
   uintptr_t key, sp, fp;
@@ -254,10 +263,7 @@ struct Borrowed {
     ++w.counts.joined;
   }
   if (c.n == j && std::memcmp(out, o.out, static_cast<size_t>(c.n) * sizeof(uintptr_t)) == 0) {
-    *token = o.version;  // the very frames that walk returned
-    w.memos[hint_memo].used = true;
-    w.next[w.last] = static_cast<uint8_t>(hint_memo);
-    w.last = static_cast<uint8_t>(hint_memo);
+    returned_again(w, hint_memo, token);  // the very frames that walk returned
     return c.n + tail;
   }
   if (!remember) return c.n + tail;
@@ -307,10 +313,7 @@ struct Borrowed {
     if (o.pc0 == pc && o.sp0 == sp && o.max_depth == max_depth && (!o.uses_fp0 || o.fp0 == fp) &&
         first_changed(o, 0) < 0) {
       std::memcpy(out, o.out, static_cast<size_t>(o.n) * sizeof(uintptr_t));
-      *token = o.version;
-      w.memos[i].used = true;
-      w.next[w.last] = static_cast<uint8_t>(i);
-      w.last = static_cast<uint8_t>(i);
+      returned_again(w, i, token);
       ++w.counts.remembered;
       return o.n;
     }
