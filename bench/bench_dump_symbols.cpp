@@ -9,7 +9,7 @@
 //    dump_snapshot() does (unwind/symbolizer_reuse.hpp), and whether libc's separate debug file
 //    (Debian's libc6-dbg, by build id under /usr/lib/debug/.build-id) is installed; three times,
 //    each in a fresh child process on the same CPU: with the debug cache off
-//    (MEMTRACE_DEBUG_CACHE=off, libc's compressed DWARF inflated by libdw), with an empty cache
+//    (MEMTRACE_DEBUG_CACHE=off: libc's compressed DWARF inflated in memory), with an empty cache
 //    (the copy made), and with that cache again (the copy read: what every later program pays);
 //  - the tenth interval dump of the unchanged program: with the Symbolizer kept between dumps
 //    (what dumps do) and, side by side, with a fresh one each time (what they did before);
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
   const struct {
     const char* what;
     const FirstDump& d;
-  } firsts[] = {{"first dump, debug cache off (libdw inflates libc's DWARF)", off},
+  } firsts[] = {{"first dump, debug cache off (libc's DWARF inflated in memory)", off},
                 {"first dump, empty debug cache (the copy made)", cold},
                 {"first dump, the copy in the cache (every later program)", warm}};
   for (const auto& f : firsts)

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # man-db, groff-base and bash-completion: the tests render the installed man pages and load the
 # installed completion the way a user's shell does (docs/tests/).
 PACKAGES=(build-essential cmake python3 libunwind-dev libfmt-dev libspdlog-dev catch2
-          libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev patchelf binutils universal-ctags
+          libdw-dev libelf-dev libdeflate-dev zlib1g-dev liblzma-dev libbz2-dev patchelf binutils universal-ctags
           man-db groff-base bash-completion)
 missing=()
 for p in "${PACKAGES[@]}"; do

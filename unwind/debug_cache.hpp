@@ -1,16 +1,17 @@
-// Decompressed copies of separate debug files whose DWARF sections are compressed (Debian's
-// libc6-dbg, objcopy --compress-debug-sections), kept in a folder by build id. libdw inflates
-// every compressed debug section of a file when it opens it, whatever few addresses are asked
-// (libc's: 10 MB, 40-80 ms on this project's machines); a copy with the sections stored
-// uncompressed is mapped instead, and costs only the pages read. Made the first time a file is
-// opened, then used by every later symbolizer in any process (docs/symbolization.md).
+// Inflated copies of separate debug files whose DWARF sections are compressed (Debian's
+// libc6-dbg, objcopy --compress-debug-sections). libdw inflates every compressed debug section of
+// a file when it opens it, whatever few addresses are asked, with zlib (libc's: 10 MB, 30-80 ms
+// on this project's machines). It is handed a copy with the sections stored inflated instead,
+// made with libdeflate: kept in a folder by build id when there is one, and then mapped by every
+// later symbolizer in any process for only the pages read; else in memory, for one symbolizer
+// (docs/symbolization.md).
 #pragma once
 #include <string>
 #include <vector>
 
 namespace memtrace::unwind {
 
-// The folder ("" = none: debug files are used as they are). Thread-safe; read at each open, so a
+// The folder ("" = none: each symbolizer inflates a compressed debug file in memory). Thread-safe; read at each open, so a
 // change applies to the next debug file opened. Default: none (memtrace's library sets it from
 // MEMTRACE_DEBUG_CACHE, core/config.hpp).
 void set_debug_cache_dir(std::string dir);
@@ -27,15 +28,16 @@ void set_debug_cache_setting(const std::string& setting);
 std::vector<std::string> take_debug_cache_warnings();
 
 namespace detail {
-// With the cache on, the debug file for build id id[0..id_len): the cache's copy when it holds
-// one, else the distribution's /usr/lib/debug/.build-id file (through a copy made now when its
-// DWARF is compressed). Its fd, and its path in *path (malloc'd, for libdwfl); -1 when the cache
-// is off or neither is there. (Looked up here rather than by libdwfl's build-id lookup, which keeps
+// The debug file for build id id[0..id_len): the cache's copy when there is a cache holding one,
+// else the distribution's /usr/lib/debug/.build-id file (through debug_file_or_copy). Its fd, and
+// its path in *path (malloc'd, for libdwfl); -1 when neither is there. (Looked up here rather than by libdwfl's build-id lookup, which keeps
 // the file it found open inside the module whatever the callback returns.)
 int open_by_build_id(const unsigned char* id, int id_len, char** path);
 // fd is an open debug file at path, whose build id is id[0..id_len). When its debug sections are
-// compressed and a cache folder is set: an fd for the decompressed copy (made now if missing) and
-// its path in *copy_path (malloc'd, for libdwfl); fd is then closed. Otherwise fd itself.
+// compressed: an fd for an inflated copy, fd then closed. With a cache folder, the cache's copy
+// (made now if missing), its path in *copy_path (malloc'd, for libdwfl); else, or when the folder
+// cannot take it, a memory file (*copy_path unchanged). fd itself when the file is not compressed
+// or does not inflate (one warning).
 int debug_file_or_copy(int fd, const char* path, const unsigned char* id, int id_len, char** copy_path);
 }  // namespace detail
 

@@ -9,9 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <elfutils/libdwelf.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -150,4 +155,141 @@ TEST_CASE("debug cache: a folder that cannot be made costs one warning, never th
   check_frames(pc);
   CHECK(memtrace::unwind::take_debug_cache_warnings().empty());  // said once
   memtrace::unwind::set_debug_cache_dir("");
+}
+
+namespace {
+
+// Every section's bytes, by name, compressed ones inflated by libelf (zlib's inflate: a second
+// implementation to hold libdeflate's against).
+std::vector<std::pair<std::string, std::string>> inflated_sections(int fd) {
+  std::vector<std::pair<std::string, std::string>> out;
+  elf_version(EV_CURRENT);
+  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+  REQUIRE(elf != nullptr);
+  size_t names = 0;
+  elf_getshdrstrndx(elf, &names);
+  for (Elf_Scn* s = elf_nextscn(elf, nullptr); s != nullptr; s = elf_nextscn(elf, s)) {
+    GElf_Shdr sh;
+    gelf_getshdr(s, &sh);
+    if (sh.sh_flags & SHF_COMPRESSED) REQUIRE(elf_compress(s, 0, 0) >= 0);
+    gelf_getshdr(s, &sh);
+    std::string bytes;
+    if (sh.sh_type != SHT_NOBITS)
+      if (Elf_Data* d = elf_getdata(s, nullptr); d != nullptr && d->d_buf != nullptr)
+        bytes.assign(static_cast<const char*>(d->d_buf), d->d_size);
+    out.emplace_back(elf_strptr(elf, names, sh.sh_name), std::move(bytes));
+  }
+  elf_end(elf);
+  return out;
+}
+
+std::vector<unsigned char> build_id_of(const std::string& path) {
+  elf_version(EV_CURRENT);
+  const int fd = open(path.c_str(), O_RDONLY);
+  std::vector<unsigned char> id;
+  if (Elf* elf = elf_begin(fd, ELF_C_READ, nullptr)) {
+    const void* p = nullptr;
+    const ssize_t n = dwelf_elf_gnu_build_id(elf, &p);
+    if (n > 0) id.assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
+    elf_end(elf);
+  }
+  close(fd);
+  return id;
+}
+
+bool maps_hold(const std::string& what) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("debug cache: with none, a compressed debug file is inflated in memory, byte for byte", "[debug_cache]") {
+  const std::string file = library_debug_file();
+  const std::vector<unsigned char> id = build_id_of(file);
+  REQUIRE_FALSE(id.empty());
+  memtrace::unwind::set_debug_cache_dir("");
+  memtrace::unwind::take_debug_cache_warnings();
+  const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const int want_fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  const auto want = inflated_sections(want_fd);
+  close(want_fd);
+  char* path = strdup(file.c_str());
+  const int got = memtrace::unwind::detail::debug_file_or_copy(fd, file.c_str(), id.data(), static_cast<int>(id.size()), &path);
+  REQUIRE(got >= 0);
+  CHECK(got != fd);
+  CHECK(std::string(path) == file);  // libdwfl still names the distribution's file
+  std::free(path);
+  char link[64];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", got);
+  char target[256] = {};
+  REQUIRE(readlink(link, target, sizeof target - 1) > 0);
+  CHECK(std::string(target).find("memfd:memtrace-debug") != std::string::npos);  // "/memfd:... (deleted)"
+  CHECK_FALSE(sections_of(link).first);
+  const auto have = inflated_sections(got);
+  close(got);
+  REQUIRE(have.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(have[i].first == want[i].first);
+    CHECK(have[i].second == want[i].second);
+  }
+  CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
+
+  // And a symbolizer maps it, answering as it does from the file or the cache.
+  const uintptr_t pc = address_in_gz_library();
+  REQUIRE(pc != 0);
+  Symbolizer sym;
+  const auto& f = sym.frames(pc);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].function == "symtest_gz_call");
+  CHECK(f[0].line == symtest_gz_line());
+  CHECK(maps_hold("memfd:memtrace-debug"));
+}
+
+TEST_CASE("debug cache: a compressed section that does not inflate costs one warning; the file is read as it is",
+          "[debug_cache]") {
+  const std::string file = library_debug_file();
+  const std::vector<unsigned char> id = build_id_of(file);
+  TempDir dir;
+  const std::string bad = dir.path + "/broken.debug";
+  {
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Zero the middle of .debug_info's compressed payload: it no longer inflates to its size.
+    elf_version(EV_CURRENT);
+    const int fd = open(file.c_str(), O_RDONLY);
+    Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+    size_t names = 0;
+    elf_getshdrstrndx(elf, &names);
+    bool found = false;
+    for (Elf_Scn* s = elf_nextscn(elf, nullptr); s != nullptr; s = elf_nextscn(elf, s)) {
+      GElf_Shdr sh;
+      gelf_getshdr(s, &sh);
+      if (std::string(elf_strptr(elf, names, sh.sh_name)) != ".debug_info") continue;
+      REQUIRE((sh.sh_flags & SHF_COMPRESSED) != 0);
+      REQUIRE(sh.sh_size > 64);
+      for (size_t i = sh.sh_size / 2; i < sh.sh_size / 2 + 16; ++i) bytes[sh.sh_offset + i] = '\0';
+      found = true;
+    }
+    elf_end(elf);
+    close(fd);
+    REQUIRE(found);
+    std::ofstream(bad, std::ios::binary) << bytes;
+  }
+  memtrace::unwind::set_debug_cache_dir("");
+  memtrace::unwind::take_debug_cache_warnings();
+  const int fd = open(bad.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  char* path = strdup(bad.c_str());
+  CHECK(memtrace::unwind::detail::debug_file_or_copy(fd, bad.c_str(), id.data(), static_cast<int>(id.size()), &path) == fd);
+  std::free(path);
+  close(fd);
+  const auto warned = memtrace::unwind::take_debug_cache_warnings();
+  REQUIRE(warned.size() == 1);
+  CHECK(warned[0].find(bad) != std::string::npos);
+  CHECK(warned[0].find("read as it is") != std::string::npos);
 }
