@@ -415,15 +415,18 @@ bool Recorder::cached_block_free_requested(uint64_t addr, uint32_t free_stack_id
   return true;
 }
 
-bool Recorder::cached_block_free_completed(uint64_t addr) {
+bool Recorder::cached_block_free_completed(uint64_t addr, uint64_t ticks) {
   Shard& s = shard_of(addr);
   SpinGuard g(s.lock);
-  AllocRecord* cur = s.live.find(addr);
-  if (!cur || cur->cache != CacheRole::Block) return false;
   AllocRecord r;
-  live_take(s, addr, &r);
+  if (!s.live.take(addr, &r)) return false;
+  if (r.cache != CacheRole::Block) {  // not a block's (only a bug in the reports gets here): as it was
+    s.live.put(addr, r);
+    return false;
+  }
+  slot_drop(s, r.slot);
   TraceEntry e;
-  e.time_us = now_ticks();
+  e.time_us = ticks;
   e.addr = addr;
   e.size = r.requested;
   e.stream = r.stream;
@@ -530,9 +533,8 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   if (valid_from > first) {
     uint64_t lost = std::min<uint64_t>(valid_from - first, c.trace.size());
     if (lost * 4 > c.trace.size()) {
-      // The program allocates faster than the ring can be copied: losing more than a quarter
-      // of the history to save the pause is a bad trade. Take the cut again, ring included,
-      // under the locks.
+      // The program allocates faster than the ring can be copied: losing over a quarter of the
+      // history to save the pause is a bad trade. Take the cut again, ring under the locks.
       return copy_state_locked();
     }
     c.trace.erase(c.trace.begin(), c.trace.begin() + static_cast<std::ptrdiff_t>(lost));

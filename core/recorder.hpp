@@ -77,7 +77,8 @@ class Recorder {
   // The block went back to the allocator's free pool: `free_requested` + `free_completed`
   // together (the pair output/tests/check_snapshot.py and older viewers expect adjacent; the
   // pending state between the two is what the snapshot's block state shows), record removed.
-  bool cached_block_free_completed(uint64_t addr);
+  // `ticks`: when it settled (the blocks one synchronize settles share its instant).
+  bool cached_block_free_completed(uint64_t addr, uint64_t ticks = now_ticks());
   // One segment entry (segment_alloc/free/map/unmap, entry.kind Cached) and the segment records
   // it removes (by address) and adds, applied under every lock at once: a cut never sees half of
   // a change that replaces one mapped range by several (an unmap in its middle) or several by one.

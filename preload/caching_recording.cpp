@@ -49,7 +49,9 @@ void RecordingListener::on_event(const caching::AllocatorEvent& e) {
       rec.cached_block_free_requested(e.addr, t_request.free_stack_id);
       break;
     case Action::FreeCompleted:
-      rec.cached_block_free_completed(e.addr);
+      // One reading of the clock per synchronize: its blocks all became reusable when it returned.
+      if (!e.same_settle) settled_ticks_ = now_ticks();
+      rec.cached_block_free_completed(e.addr, settled_ticks_);
       break;
     case Action::SegmentAlloc: {
       AllocRecord seg =

@@ -44,6 +44,7 @@ class RecordingListener : public caching::Listener {
   uint64_t ctx_;
   int device_;
   std::map<uint64_t, AllocRecord> segs_;  // under the allocator's lock (listener calls)
+  uint64_t settled_ticks_ = 0;  // when the synchronize being reported returned (same lock)
 };
 
 }  // namespace memtrace::preload

@@ -22,8 +22,8 @@ void CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
   drop_block(src);
 }
 
-void CachingAllocator::Impl::complete_free(Block* b) {
-  emit(Action::FreeCompleted, b->addr, b->requested, b->size, b->stream);
+void CachingAllocator::Impl::complete_free(Block* b, bool same_settle) {
+  emit(Action::FreeCompleted, b->addr, b->requested, b->size, b->stream, same_settle);
   b->state = State::Free;
   b->requested = 0;
   try_merge(b, b->prev);
@@ -50,9 +50,11 @@ void CachingAllocator::Impl::flush_pending(std::unique_lock<std::mutex>& lk) {
   lk.unlock();
   backend.synchronize();
   lk.lock();
+  bool first = true;
   for (Block* b : in_flight) {
     st.pending_free -= b->size;
-    complete_free(b);
+    complete_free(b, !first);
+    first = false;
   }
   in_flight.clear();
   flushing = false;
@@ -60,9 +62,11 @@ void CachingAllocator::Impl::flush_pending(std::unique_lock<std::mutex>& lk) {
 }
 
 void CachingAllocator::Impl::complete_pending() {
+  bool first = true;
   for (Block* b : pending) {
     st.pending_free -= b->size;
-    complete_free(b);
+    complete_free(b, !first);
+    first = false;
   }
   pending.clear();
 }

@@ -146,7 +146,7 @@ struct CachingAllocator::Impl {
   bool gc_enabled() const { return limit_set && conf.garbage_collection_threshold > 0; }
   Pool& pool_of(PoolKind k) { return pools[k == PoolKind::Small ? 0 : 1]; }
 
-  void emit(Action a, uintptr_t addr, size_t size, size_t block_size, uintptr_t stream) {
+  void emit(Action a, uintptr_t addr, size_t size, size_t block_size, uintptr_t stream, bool same_settle = false) {
     if (!listener) return;
     AllocatorEvent e;
     e.action = a;
@@ -154,6 +154,7 @@ struct CachingAllocator::Impl {
     e.size = size;
     e.block_size = block_size;
     e.stream = stream;
+    e.same_settle = same_settle;
     listener->on_event(e);
   }
 
@@ -222,7 +223,8 @@ struct CachingAllocator::Impl {
   void try_merge(Block* dst, Block* src);
   // A block becomes free: merged with its neighbours and put back for reuse (docs/caching-allocator.md,
   // "Freeing and coalescing").
-  void complete_free(Block* b);
+  // same_settle: the synchronize that settled the block before it settled this one too.
+  void complete_free(Block* b, bool same_settle = false);
   // Settles the pending batch with one synchronize, run WITHOUT the lock (see allocator_free.cpp).
   void flush_pending(std::unique_lock<std::mutex>& lk);
   // After a synchronize (under the lock) that started after every pending free.

@@ -19,6 +19,8 @@ struct AllocatorEvent {
   uintptr_t stream = 0;
   size_t device_free = 0;         // oom only: the backend's free bytes
   int error = 0;                  // oom only: the backend's error code, as the caller gets it
+  bool same_settle = false;       // free_completed only: settled by the synchronize that settled the
+                                  // block reported just before (one instant for the whole batch)
 };
 
 // Called with the allocator's lock held, in the order the actions happen. An implementation must

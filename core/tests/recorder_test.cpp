@@ -428,3 +428,29 @@ TEST_CASE("usage totals: reserved and allocated per device and together, without
   CHECK(u.allocated[0].current == 1000);
   CHECK(u.reserved[0].current == 1000 + (2u << 20));  // the segment stays cached
 }
+
+TEST_CASE("a cached block's free_completed carries the instant it is given; other records are left alone") {
+  Recorder r;
+  r.configure(100, 0);
+  r.record_alloc(rec(0x9000, 512));  // the driver's own allocation, not a cached block
+  CHECK_FALSE(r.cached_block_free_completed(0x9000));
+  CHECK(r.is_live(0x9000));
+  AllocRecord b = rec(0xa000, 4096, 0, MemKind::Cached);
+  b.cache = CacheRole::Block;
+  b.time_us = now_ticks();
+  r.cached_block_alloc(b);
+  b.addr = 0xb000;
+  r.cached_block_alloc(b);
+  const uint64_t settled = now_ticks();
+  REQUIRE(r.cached_block_free_completed(0xa000, settled));
+  REQUIRE(r.cached_block_free_completed(0xb000, settled));
+  CHECK_FALSE(r.cached_block_free_completed(0xb000, settled));  // gone
+  StateCopy c = r.copy_state();
+  REQUIRE(c.live.size() == 1);
+  CHECK(c.live[0].addr == 0x9000);
+  std::vector<uint64_t> times;
+  for (const TraceEntry& e : c.trace)
+    if (e.action == Action::FreeCompleted || e.action == Action::FreeRequested) times.push_back(e.time_us);
+  REQUIRE(times.size() == 4);
+  for (uint64_t t : times) CHECK(t == times[0]);  // one instant, as given
+}

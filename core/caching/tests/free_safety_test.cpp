@@ -107,6 +107,30 @@ TEST_CASE("pending blocks show as active_pending_free and complete after the flu
   CHECK(be.syncs == 2);  // nothing pending: no synchronize
 }
 
+TEST_CASE("the blocks one synchronize settles are reported as settled together", "[free_safety]") {
+  FakeBackend be;
+  Recorder rec;
+  CachingAllocator a(be, AllocConf{}, &rec);
+  std::vector<uintptr_t> ps;
+  for (int i = 0; i < 5; ++i) ps.push_back(a.malloc(4096).ptr);
+  for (int i = 0; i < 3; ++i) a.free(ps[i]);
+  a.flush_pending_frees();
+  a.free(ps[3]);
+  a.free(ps[4]);
+  a.flush_pending_frees();
+  CHECK(be.syncs == 2);
+  const auto done = rec.of(Action::FreeCompleted);
+  REQUIRE(done.size() == 5);
+  // The listener reads its clock once per synchronize (preload/caching_recording.cpp).
+  const bool together[] = {false, true, true, false, true};
+  for (size_t i = 0; i < done.size(); ++i) {
+    INFO(i);
+    CHECK(done[i].same_settle == together[i]);
+    CHECK(done[i].addr == ps[i]);
+  }
+  for (const auto& e : rec.of(Action::FreeRequested)) CHECK_FALSE(e.same_settle);
+}
+
 TEST_CASE("memtrace_free_batch_mb flushes at the free that crosses it", "[free_safety]") {
   FakeBackend be;
   CachingAllocator a(be, conf_of("memtrace_free_batch_mb:1"));
