@@ -122,7 +122,7 @@ TEST_CASE("debug cache: a compressed debug file is read through a decompressed c
   CHECK(files_in(dir.path).size() == 1);
   CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
 
-  memtrace::unwind::set_debug_cache_dir("");  // off: the compressed file itself, same frames
+  memtrace::unwind::set_debug_cache_dir("");  // off: a copy in memory, same frames
   check_frames(pc);
 }
 
