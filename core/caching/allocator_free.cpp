@@ -50,11 +50,9 @@ void CachingAllocator::Impl::flush_pending(std::unique_lock<std::mutex>& lk) {
   lk.unlock();
   backend.synchronize();
   lk.lock();
-  bool first = true;
   for (Block* b : in_flight) {
     st.pending_free -= b->size;
-    complete_free(b, !first);
-    first = false;
+    complete_free(b, b != in_flight.front());
   }
   in_flight.clear();
   flushing = false;
@@ -62,11 +60,9 @@ void CachingAllocator::Impl::flush_pending(std::unique_lock<std::mutex>& lk) {
 }
 
 void CachingAllocator::Impl::complete_pending() {
-  bool first = true;
   for (Block* b : pending) {
     st.pending_free -= b->size;
-    complete_free(b, !first);
-    first = false;
+    complete_free(b, b != pending.front());
   }
   pending.clear();
 }
