@@ -24,8 +24,13 @@ void CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
 
 void CachingAllocator::Impl::complete_free(Block* b, bool same_settle) {
   emit(Action::FreeCompleted, b->addr, b->requested, b->size, b->stream, same_settle);
-  b->state = State::Free;
   b->requested = 0;
+  if (reuse && reuse_keep(b)) return;
+  put_free(b);
+}
+
+void CachingAllocator::Impl::put_free(Block* b) {
+  b->state = State::Free;
   try_merge(b, b->prev);
   try_merge(b, b->next);
   Pool& p = pool_of(b->seg->kind);

@@ -2,6 +2,7 @@
 //   caching_allocator.cpp    construction and teardown
 //   allocator_malloc.cpp     malloc: rounding, best fit, splitting, new segments, out of memory
 //   allocator_free.cpp       free: coalescing, the deferred-free batch and its flush
+//   allocator_reuse.cpp      reuse bins: settled small blocks handed out again at their size
 //   allocator_release.cpp    giving segments back: release and retry, garbage collection, empty_cache
 //   allocator_expandable.cpp expandable segments and the remap policy: reserve, map, unmap
 //   allocator_inspect.cpp    block_of, owns, segment views, stats and check_invariants
@@ -11,7 +12,8 @@
 // list of blocks tiling it. Free mapped blocks sit in their pool's set ordered by
 // (stream, size, address) for best fit; unmapped pieces of reservations in a set ordered by
 // (stream, address); blocks held by callers in a hash map by address; freed blocks waiting for a
-// synchronize in a vector.
+// synchronize in a vector; settled small blocks kept whole for their next request of that size in
+// a few reuse bins (allocator_reuse.cpp).
 #pragma once
 #include <condition_variable>
 #include <cstddef>
@@ -39,7 +41,9 @@ constexpr size_t kMaxRequest = size_t{1} << 60;
 
 inline size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
-enum class State : uint8_t { Free, Allocated, Pending };
+// Binned: free and settled, but held unmerged in a reuse bin (in no free set), for the next
+// request of exactly its size.
+enum class State : uint8_t { Free, Allocated, Pending, Binned };
 
 struct Segment;
 
@@ -89,6 +93,13 @@ struct Pool {
   uint64_t searches = 0; // garbage collection's clock
 };
 
+// Settled small blocks of one (stream, size), kept whole (docs/caching-allocator.md, "Reuse bins").
+struct ReuseBin {
+  uintptr_t stream = 0;
+  size_t size = 0;
+  std::vector<Block*> blocks;
+};
+
 // One malloc's numbers.
 struct Request {
   size_t size;        // as asked
@@ -110,6 +121,7 @@ using detail::kSmallBuffer;
 using detail::kSmallSize;
 using detail::Pool;
 using detail::Request;
+using detail::ReuseBin;
 using detail::round_up;
 using detail::Segment;
 using detail::State;
@@ -132,6 +144,11 @@ struct CachingAllocator::Impl {
   std::condition_variable flush_done;
   std::vector<FreeSet::node_type> spare_nodes;  // set nodes kept for reuse: no heap traffic on hits
   std::vector<Block*> block_cache;
+  // Reuse bins: on with deferred frees in plain segments (set by the constructor). `binned` counts
+  // the blocks in all bins, so that a miss with none binned costs nothing.
+  bool reuse = false;
+  ReuseBin bins[kReuseBins];
+  size_t binned = 0;
 
   size_t device_total = 0;
   bool limit_set = false;
@@ -217,6 +234,19 @@ struct CachingAllocator::Impl {
   // gets the backend's code; the trace gets an oom entry.
   MallocResult oom(const Request& r, int err);
 
+  // ---- allocator_reuse.cpp: docs/caching-allocator.md, "Reuse bins" ----
+
+  // A binned block of exactly the request's size and stream, taken out of its bin; null if none.
+  Block* reuse_take(const Request& r);
+  // Keeps settled block `b` whole in the bin of its size; false when it is not a small block or
+  // all bins hold other sizes (the caller merges it as usual).
+  bool reuse_keep(Block* b);
+  // Every binned block merged with its free neighbours and put back into its pool's free set.
+  void reuse_drain();
+  // The cached block for `r`: a binned one of its size, else best fit, else best fit after the
+  // bins are drained (their blocks may merge into one that fits).
+  Block* find_cached(Request& r);
+
   // ---- allocator_free.cpp ----
 
   // Puts `src` (a free neighbour with the same mapped state) into `dst`. `dst` is in no set.
@@ -225,6 +255,8 @@ struct CachingAllocator::Impl {
   // "Freeing and coalescing").
   // same_settle: the synchronize that settled the block before it settled this one too.
   void complete_free(Block* b, bool same_settle = false);
+  // Merges `b` (settled, in no set) with its free neighbours into its pool's free set.
+  void put_free(Block* b);
   // Settles the pending batch with one synchronize, run WITHOUT the lock (see allocator_free.cpp).
   void flush_pending(std::unique_lock<std::mutex>& lk);
   // After a synchronize (under the lock) that started after every pending free.

@@ -105,7 +105,7 @@ std::string CachingAllocator::Impl::check() const {
     return std::string(buf);
   };
   size_t reserved = 0, allocated = 0, requested = 0, pending_bytes = 0;
-  size_t n_free[2] = {0, 0}, n_unmapped[2] = {0, 0}, n_alloc = 0, n_pending = 0;
+  size_t n_free[2] = {0, 0}, n_unmapped[2] = {0, 0}, n_alloc = 0, n_pending = 0, n_binned = 0;
   for (const auto& [base, s] : segments) {
     if (base != s->base) bad("segment map key differs from base " + hex(s->base));
     const Block* b = s->head;
@@ -147,6 +147,17 @@ std::string CachingAllocator::Impl::check() const {
           if (!l || *l != b) bad("allocated block " + hex(b->addr) + " not in the live map");
           break;
         }
+        case State::Binned: {
+          ++n_binned;
+          bool found = false;
+          for (const ReuseBin& bin : bins)
+            if (bin.size == b->size && bin.stream == b->stream &&
+                std::find(bin.blocks.begin(), bin.blocks.end(), b) != bin.blocks.end())
+              found = true;
+          if (!found) bad("binned block " + hex(b->addr) + " in no bin of its size");
+          if (!reuse || s->kind != PoolKind::Small) bad("block " + hex(b->addr) + " binned where reuse bins are off");
+          break;
+        }
         case State::Pending:
           ++n_pending;
           pending_bytes += b->size;
@@ -166,6 +177,9 @@ std::string CachingAllocator::Impl::check() const {
     for (const Block* b : pools[i].free)
       if (b->state != State::Free || !b->mapped || (b->seg->kind == PoolKind::Small) != (i == 0)) bad("free set of pool " + std::to_string(i) + " holds a wrong block at " + hex(b->addr));
   }
+  size_t in_bins = 0;
+  for (const ReuseBin& bin : bins) in_bins += bin.blocks.size();
+  if (in_bins != n_binned || binned != n_binned) bad("reuse bins hold " + std::to_string(in_bins) + " blocks (counted " + std::to_string(binned) + "), segments have " + std::to_string(n_binned) + " binned");
   if (live.size() != n_alloc) bad("live map holds " + std::to_string(live.size()) + " blocks, segments have " + std::to_string(n_alloc) + " allocated");
   if (pending.size() + in_flight.size() != n_pending) bad("pending batch holds " + std::to_string(pending.size()) + ", segments have " + std::to_string(n_pending));
   if (st.reserved != reserved) bad("stats.reserved " + std::to_string(st.reserved) + " != " + std::to_string(reserved));
@@ -194,6 +208,8 @@ Stats CachingAllocator::stats() const {
   Stats s = impl_->st;
   for (const Pool& p : impl_->pools)
     for (const Block* b : p.free) s.largest_free_block = std::max(s.largest_free_block, b->size);
+  for (const ReuseBin& bin : impl_->bins)
+    if (!bin.blocks.empty()) s.largest_free_block = std::max(s.largest_free_block, bin.size);
   return s;
 }
 std::string CachingAllocator::check_invariants() const {

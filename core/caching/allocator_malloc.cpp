@@ -113,12 +113,12 @@ MallocResult CachingAllocator::Impl::malloc(size_t size, uintptr_t stream, std::
   r.alloc_size = segment_size(r.rounded);
   r.pool = &pool_of(r.rounded <= kSmallSize ? PoolKind::Small : PoolKind::Large);
 
-  Block* b = get_free_block(r);
+  Block* b = find_cached(r);
   // A miss: the pending batch may hold what is needed; one synchronize settles all of it.
   // (A few rounds at most: another thread's flush may be under way, and frees go on meanwhile.)
   for (int round = 0; !b && round < 3 && (flushing || !pending.empty()); ++round) {
     flush_pending(lk);
-    b = get_free_block(r);
+    b = find_cached(r);
   }
   if (b) {
     ++st.num_cache_hits;

@@ -58,6 +58,7 @@ void CachingAllocator::Impl::release_cached_blocks() {
   backend.synchronize();
   ++st.backend_syncs;
   complete_pending();
+  reuse_drain();  // a segment goes back only when one free block spans it
   for (Pool* pp : {&pools[1], &pools[0]}) {  // large first, as PyTorch emits them
     Pool& p = *pp;
     std::vector<Block*> to_unmap;

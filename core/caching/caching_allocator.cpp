@@ -19,6 +19,9 @@ CachingAllocator::Impl::Impl(Backend& b, AllocConf c, Listener* l)
   }
   expandable = (conf.expandable_segments || conf.policy == Policy::Remap) && backend.supports_expandable();
   remap = expandable && conf.policy == Policy::Remap;
+  // Only with deferred frees: PyTorch's own policy (what `memtrace replay` models, frees at
+  // once) always merges. Expandable segments merge to keep their mapped runs whole.
+  reuse = conf.deferred_free && !expandable;
 }
 
 CachingAllocator::Impl::~Impl() {

@@ -65,6 +65,10 @@ struct SegmentView {
   std::vector<BlockView> blocks;  // tile [address, address+total_size) in address order
 };
 
+// How many sizes the reuse bins keep settled small blocks of at once (docs/caching-allocator.md,
+// "Reuse bins"); blocks of other sizes merge as usual.
+constexpr size_t kReuseBins = 8;
+
 struct Stats {
   size_t reserved = 0;            // bytes held from the backend (segments + mapped pages)
   size_t allocated = 0;           // bytes of blocks held by callers
