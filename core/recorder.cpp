@@ -22,11 +22,13 @@ void Recorder::attach_state(const StateMemory& mem) {
   c_ = mem.counters;
   slots_ = mem.live_slots ? mem.live : nullptr;
   unrecorded_ = mem.live_unrecorded;
-  const uint64_t per = slots_ ? mem.live_slots / kShards : 0;
-  for (int i = 0; i < kShards; ++i) {
-    Shard& s = shards_[i];
+  // Half the slots for the shards, half for the caching allocator's blocks: in caching mode
+  // nearly every live record is a block (docs/state-file.md, "Live slots").
+  const uint64_t per = slots_ ? mem.live_slots / 2 / kShards : 0;
+  for (int i = 0; i <= kShards; ++i) {
+    Shard& s = i < kShards ? shards_[i] : blocks_;
     s.slot_begin = s.slot_fresh = static_cast<uint32_t>(1 + per * i);
-    s.slot_end = static_cast<uint32_t>(1 + per * (i + 1));
+    s.slot_end = static_cast<uint32_t>(i < kShards ? 1 + per * (i + 1) : 1 + (slots_ ? mem.live_slots : 0));
     s.slot_free = 0;
   }
 }
@@ -44,6 +46,7 @@ void Recorder::detach_state() {
   slots_ = nullptr;
   unrecorded_ = nullptr;
   for (Shard& s : shards_) s.slot_begin = s.slot_end = s.slot_fresh = s.slot_free = 0;
+  blocks_.slot_begin = blocks_.slot_end = blocks_.slot_fresh = blocks_.slot_free = 0;
 }
 
 // A slot is written inside an odd sequence number, so a reader in another process can tell a
@@ -250,7 +253,9 @@ bool Recorder::release(uint64_t addr, uint64_t stream, uint32_t free_stack_id, A
 bool Recorder::is_live(uint64_t addr) {
   Shard& s = shard_of(addr);
   SpinGuard g(s.lock);
-  return s.live.find(addr) != nullptr;
+  if (s.live.find(addr) != nullptr) return true;
+  SpinGuard rg(ring_lock_);
+  return blocks_.live.find(addr) != nullptr;
 }
 
 void Recorder::restore(const AllocRecord& r) {
@@ -322,164 +327,6 @@ bool Recorder::handle_info(uint64_t handle, HandleRecord* out) {
   return true;
 }
 
-void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
-  if (ctx == 0) return;
-  uint64_t t = now_ticks();
-  // Two passes: the caching allocator's blocks go before its segments (the viewer re-creates a
-  // freed block inside a segment that must still exist at that point).
-  for (int pass = 0; pass < 2; ++pass) {
-    for (Shard& s : shards_) {
-      SpinGuard g(s.lock);
-      AllocRecord victims[64];
-      for (;;) {
-        // Collect in small batches: taking while iterating would reshuffle the table.
-        int n = 0;
-        s.live.for_each([&](uint64_t, const AllocRecord& r) {
-          bool seg = r.cache == CacheRole::Segment;
-          if (r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && seg == (pass == 1) && n < 64) victims[n++] = r;
-        });
-        if (n == 0) break;
-        for (int i = 0; i < n; ++i) live_take(s, key_of(victims[i]), nullptr);
-        SpinGuard rg(ring_lock_);
-        for (int i = 0; i < n; ++i) {
-          if (victims[i].kind == MemKind::Cached)
-            emit_cached_purge(victims[i], t);
-          else
-            emit_free(victims[i], victims[i].stream, 0, t);
-          account(victims[i], -1);
-        }
-      }
-    }
-  }
-}
-
-void Recorder::emit_cached_purge(const AllocRecord& r, uint64_t t) {
-  TraceEntry e;
-  e.time_us = t;
-  e.addr = r.addr;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = MemKind::Cached;
-  if (r.cache == CacheRole::Block) {
-    e.size = r.requested;
-    e.action = Action::FreeRequested;
-    push(e);
-    e.action = Action::FreeCompleted;
-    push(e);
-    return;
-  }
-  e.size = r.size;
-  e.action = (r.cache_flags & kCacheExpandable) ? Action::SegmentUnmap : Action::SegmentFree;
-  push(e);
-}
-
-void Recorder::cached_block_alloc(const AllocRecord& r) {
-  Shard& s = shard_of(r.addr);
-  SpinGuard g(s.lock);
-  AllocRecord stale;
-  bool had_stale = live_put(s, r.addr, r, &stale);
-  SpinGuard rg(ring_lock_);
-  if (had_stale) {
-    // Only a bug in the allocator's reports could get here; keep the viewer's alternation.
-    ++c_->stale_replaced;
-    account(stale, -1);
-  }
-  TraceEntry e;
-  e.time_us = r.time_us;
-  e.addr = r.addr;
-  e.size = r.requested;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = MemKind::Cached;
-  e.action = Action::Alloc;
-  push(e);
-  account(r, +1);
-}
-
-bool Recorder::cached_block_free_requested(uint64_t addr, uint32_t free_stack_id) {
-  Shard& s = shard_of(addr);
-  SpinGuard g(s.lock);
-  AllocRecord* cur = s.live.find(addr);
-  if (!cur || cur->cache != CacheRole::Block || (cur->cache_flags & kCachePendingFree)) return false;
-  cur->cache_flags |= kCachePendingFree;
-  if (free_stack_id) cur->stack_id = free_stack_id;  // the free's entries carry the free's stack
-  slot_update(*cur);
-  return true;
-}
-
-bool Recorder::cached_block_free_completed(uint64_t addr, uint64_t ticks) {
-  Shard& s = shard_of(addr);
-  SpinGuard g(s.lock);
-  AllocRecord r;
-  if (!s.live.take(addr, &r)) return false;
-  if (r.cache != CacheRole::Block) {  // not a block's (only a bug in the reports gets here): as it was
-    s.live.put(addr, r);
-    return false;
-  }
-  slot_drop(s, r.slot);
-  TraceEntry e;
-  e.time_us = ticks;
-  e.addr = addr;
-  e.size = r.requested;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = MemKind::Cached;
-  SpinGuard rg(ring_lock_);
-  e.action = Action::FreeRequested;
-  push(e);
-  e.action = Action::FreeCompleted;
-  push(e);
-  account(r, -1);
-  return true;
-}
-
-void Recorder::cached_segments_change(const TraceEntry& entry, const uint64_t* removed, size_t n_removed,
-                                      const AllocRecord* added, size_t n_added) {
-  // Rare (each one is a driver call): every lock, in the order copy_state takes them.
-  for (Shard& s : shards_) s.lock.lock();
-  int64_t delta = 0;
-  AllocRecord like{};
-  bool have_like = false;
-  for (size_t i = 0; i < n_removed; ++i) {
-    AllocRecord gone;
-    const uint64_t key = segment_key(removed[i]);
-    if (live_take(shard_of(key), key, &gone)) {
-      delta -= static_cast<int64_t>(gone.size);
-      if (!have_like) like = gone, have_like = true;
-    }
-  }
-  for (size_t i = 0; i < n_added; ++i) {
-    const uint64_t key = segment_key(added[i].addr);
-    live_put(shard_of(key), key, added[i], nullptr);
-    delta += static_cast<int64_t>(added[i].size);
-    if (!have_like) like = added[i], have_like = true;
-  }
-  {
-    SpinGuard rg(ring_lock_);
-    push(entry);
-    if (have_like && delta != 0) {
-      // One net change per entry: a map that merges ranges is one allocation, not three.
-      like.size = static_cast<uint64_t>(delta < 0 ? -delta : delta);
-      account(like, delta < 0 ? -1 : +1);
-    } else {
-      note_device(entry.device);
-    }
-  }
-  for (int i = kShards - 1; i >= 0; --i) shards_[i].lock.unlock();
-}
-
 StateCopy Recorder::copy_state() { return copy_state_impl(false); }
 
 StateCopy Recorder::copy_state_locked() { return copy_state_impl(true); }
@@ -489,7 +336,8 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   // Memory for the copies is faulted in before any lock is taken: on a virtual machine a page
   // fault costs microseconds, and the program's threads must not wait for thousands of them.
   size_t estimate = 64;
-  for (Shard& s : shards_) estimate += s.live.size() + s.live.size() / 8;  // racy read: a hint
+  for (Shard& s : shards_) estimate += s.live.size() + s.live.size() / 8;  // racy reads: a hint
+  estimate += blocks_.live.size() + blocks_.live.size() / 8;
   c.live.resize(estimate);
   c.live.clear();
   if (ring_under_locks) {
@@ -504,8 +352,9 @@ StateCopy Recorder::copy_state_impl(bool ring_under_locks) {
   ring_lock_.lock();
   size_t n = 0;
   for (Shard& s : shards_) n += s.live.size();
-  c.live.reserve(n);
+  c.live.reserve(n + blocks_.live.size());
   for (Shard& s : shards_) s.live.for_each([&](uint64_t, const AllocRecord& r) { c.live.push_back(r); });
+  blocks_.live.for_each([&](uint64_t, const AllocRecord& r) { c.live.push_back(r); });
   handles_.for_each([&](uint64_t, const HandleRecord& h) { c.handles.push_back(h); });
   const uint64_t cut = ring_.total();
   const uint64_t cap = ring_.capacity();
@@ -589,6 +438,7 @@ void Recorder::reset_after_fork() {
     s.lock.reset();
     s.live.clear();
   }
+  blocks_.live.clear();
   handle_lock_.reset();
   handles_.clear();
   ring_lock_.reset();

@@ -1,6 +1,8 @@
 // The recording side: registry of live memory + bounded trace ring, updated by hooks.
 // Each event takes one registry shard lock and, inside it, the ring lock, so a dump that
-// takes every lock sees whole events only: a consistent cut.
+// takes every lock sees whole events only: a consistent cut. The caching allocator's blocks are
+// the exception that proves it: their records sit in a registry part of their own that the ring
+// lock guards, so each of their entries takes that one lock.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -135,6 +137,7 @@ class Recorder {
   void emit_alloc(const AllocRecord& r);
   void emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t);
   void emit_cached_purge(const AllocRecord& r, uint64_t t);  // caller holds ring_lock_
+  void purge_cached_blocks(uint64_t ctx, uint32_t kind_mask, uint64_t t);
   void account(const AllocRecord& r, int64_t sign);         // caller holds ring_lock_
   void account_bytes(bool host, int device, uint16_t owner, int64_t delta);  // caller holds ring_lock_
   // Device bytes moved: `reserved` (the driver's), `allocated` (the program's blocks); without the
@@ -143,6 +146,10 @@ class Recorder {
   void note_device(int device);  // caller holds ring_lock_
 
   Shard shards_[kShards];
+  // The caching allocator's blocks (CacheRole::Block), under ring_lock_ (its own lock is unused).
+  // Their addresses lie inside cached segments, which the driver never hands out again, so no
+  // other record shares one.
+  Shard blocks_;
   SpinLock handle_lock_;
   AddrMap<HandleRecord> handles_;
   SpinLock ring_lock_;

@@ -348,6 +348,7 @@ TEST_CASE("caching allocator records: segments and blocks apart, one entry per a
   r.cached_segments_change(entry(Action::SegmentMap, base + page, page), &gone, 1, &s2, 1);
   StateCopy c = r.copy_state();
   REQUIRE(c.live.size() == 2);
+  CHECK(r.is_live(base));  // the block (its segment is filed apart)
   CHECK(c.device[0].current == 2 * page);  // segments are the device's bytes
   CHECK(c.owner_device[3].current == 4096);  // blocks their owner's
   REQUIRE(r.cached_block_free_requested(base, 0));

@@ -79,7 +79,7 @@ TEST_CASE("with state memory attached, the slots hold exactly the live records")
 }
 
 TEST_CASE("records that find no free slot are counted, and uncounted when freed") {
-  Memory mem(16, 32);  // one slot per shard
+  Memory mem(16, 64);  // one slot per shard, 32 for cached blocks
   Recorder r;
   r.configure(100, 0);
   r.attach_state(mem.m);
@@ -110,4 +110,34 @@ TEST_CASE("detaching the state memory starts again in private memory") {
   REQUIRE(c.live.size() == 1);
   CHECK(c.live[0].addr == (2 << 12));
   CHECK(c.trace.size() == 2);
+}
+
+TEST_CASE("the caching allocator's blocks have half the slots, apart from the shards'") {
+  Memory mem(256, 64);  // a slot per shard, and 32 for blocks
+  Recorder r;
+  r.configure(100, 0);
+  r.attach_state(mem.m);
+  r.record_alloc(rec(1 << 12, 512));  // a driver record: its shard's one slot
+  std::set<uint64_t> blocks;
+  for (uint64_t i = 0; i < 40; ++i) {
+    AllocRecord b = rec((uint64_t{1} << 30) + (i << 12), 4096);
+    b.kind = MemKind::Cached;
+    b.cache = CacheRole::Block;
+    r.cached_block_alloc(b);
+    blocks.insert(b.addr);
+  }
+  std::set<uint64_t> in_slots = mem.slot_addresses();
+  CHECK(in_slots.count(1 << 12) == 1);
+  CHECK(in_slots.size() == 1 + 32);
+  CHECK(mem.unrecorded.load() == 8);
+  // A pending free rewrites the block's slot in place; a settled one gives it back.
+  const uint64_t first = uint64_t{1} << 30;
+  REQUIRE(r.cached_block_free_requested(first, 0));
+  for (uint64_t i = 0; i < 64; ++i)
+    if (mem.live[i].live && mem.live[i].rec.addr == first) CHECK((mem.live[i].rec.cache_flags & kCachePendingFree) != 0);
+  for (uint64_t a : blocks) REQUIRE(r.cached_block_free_completed(a));
+  CHECK(mem.slot_addresses() == std::set<uint64_t>{1 << 12});
+  CHECK(mem.unrecorded.load() == 0);
+  CHECK(r.is_live(1 << 12));
+  CHECK_FALSE(r.is_live(first));
 }
