@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/addr_map.hpp"
+#include "core/caching/allocator_lock.hpp"
 #include "core/caching/caching_allocator.hpp"
 
 namespace memtrace::caching {
@@ -133,7 +134,7 @@ struct CachingAllocator::Impl {
   Backend& backend;
   AllocConf conf;
   Listener* listener;
-  mutable std::mutex mu;
+  mutable AllocatorLock mu;
 
   Pool pools[2];
   std::map<uintptr_t, Segment*> segments;
@@ -141,7 +142,7 @@ struct CachingAllocator::Impl {
   std::vector<Block*> pending;
   std::vector<Block*> in_flight;  // the batch a flush is synchronizing for, lock released
   bool flushing = false;
-  std::condition_variable flush_done;
+  std::condition_variable_any flush_done;
   std::vector<FreeSet::node_type> spare_nodes;  // set nodes kept for reuse: no heap traffic on hits
   std::vector<Block*> block_cache;
   // Reuse bins: on with deferred frees in plain segments (set by the constructor). `binned` counts
@@ -229,7 +230,7 @@ struct CachingAllocator::Impl {
   // docs/caching-allocator.md, "Splitting", and the hand-out
   bool should_split(const Block* b, size_t rounded) const;
   uintptr_t hand_out(Block* b, Request& r);
-  MallocResult malloc(size_t size, uintptr_t stream, std::unique_lock<std::mutex>& lk);
+  MallocResult malloc(size_t size, uintptr_t stream, std::unique_lock<AllocatorLock>& lk);
   // docs/caching-allocator.md, "When the device is full: release and retry", step 6: the caller
   // gets the backend's code; the trace gets an oom entry.
   MallocResult oom(const Request& r, int err);
@@ -258,10 +259,10 @@ struct CachingAllocator::Impl {
   // Merges `b` (settled, in no set) with its free neighbours into its pool's free set.
   void put_free(Block* b);
   // Settles the pending batch with one synchronize, run WITHOUT the lock (see allocator_free.cpp).
-  void flush_pending(std::unique_lock<std::mutex>& lk);
+  void flush_pending(std::unique_lock<AllocatorLock>& lk);
   // After a synchronize (under the lock) that started after every pending free.
   void complete_pending();
-  bool free(uintptr_t ptr, std::unique_lock<std::mutex>& lk);
+  bool free(uintptr_t ptr, std::unique_lock<AllocatorLock>& lk);
 
   // ---- allocator_release.cpp ----
 
