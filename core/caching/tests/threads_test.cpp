@@ -110,3 +110,45 @@ TEST_CASE("8-thread stress, with a consistency check after every run", "[threads
     }
   }
 }
+
+// With eight threads, reuse bins and batches settled with the lock released, a listener must see
+// each block settled before any block that overlaps it is handed out, and each block's alloc,
+// free_requested and free_completed in that order.
+TEST_CASE("8 threads: the listener sees every block's reports in order, never two live blocks overlapping",
+          "[threads]") {
+  for (const char* c : {"", "memtrace_free_batch_mb:1", "memtrace_deferred_free:False"}) {
+    INFO(c);
+    FakeBackend be(size_t{4} << 30);
+    Recorder rec;
+    CachingAllocator a(be, conf_of(c), &rec);
+    Ledger ledger;
+    std::atomic<int> failures{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 8; ++t) ts.emplace_back(worker, std::ref(a), std::ref(ledger), 7 + t, 3000, &failures);
+    for (auto& t : ts) t.join();
+    a.flush_pending_frees();
+    CHECK(failures.load() == 0);
+    std::map<uintptr_t, std::pair<size_t, Action>> live;  // block start -> (block bytes, last report)
+    size_t bad = 0;
+    for (const AllocatorEvent& e : rec.events) {
+      if (e.action == Action::Alloc) {
+        auto it = live.lower_bound(e.addr);
+        if (it != live.end() && it->first < e.addr + e.block_size) ++bad;
+        if (it != live.begin() && std::prev(it)->first + std::prev(it)->second.first > e.addr) ++bad;
+        live[e.addr] = {e.block_size, Action::Alloc};
+      } else if (e.action == Action::FreeRequested) {
+        auto it = live.find(e.addr);
+        if (it == live.end() || it->second.second != Action::Alloc) ++bad;
+        else it->second.second = Action::FreeRequested;
+      } else if (e.action == Action::FreeCompleted) {
+        auto it = live.find(e.addr);
+        if (it == live.end() || it->second.second != Action::FreeRequested) ++bad;
+        else live.erase(it);
+      }
+    }
+    CHECK(bad == 0);
+    CHECK(live.empty());
+    CHECK(rec.count(Action::Alloc) == rec.count(Action::FreeCompleted));
+    CHECK(a.check_invariants() == "");
+  }
+}
