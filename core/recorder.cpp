@@ -79,8 +79,17 @@ void Recorder::slot_put(Shard& s, AllocRecord* r) {
   write_slot(slots_[id - 1], r);
 }
 
-void Recorder::slot_update(const AllocRecord& r) {
-  if (slots_ && r.slot) write_slot(slots_[r.slot - 1], &r);
+void Recorder::slot_mark_freed(const AllocRecord& r) {
+  if (!slots_ || !r.slot) return;
+  // Only what a pending free changes: a whole record copied again was a visible share of a
+  // cached block's free (docs/caching-allocator.md, "What the hooks add").
+  LiveSlot& slot = slots_[r.slot - 1];
+  const uint32_t q = slot.seq.load(std::memory_order_relaxed);
+  slot.seq.store(q + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.rec.cache_flags = r.cache_flags;
+  slot.rec.stack_id = r.stack_id;
+  slot.seq.store(q + 2, std::memory_order_release);
 }
 
 void Recorder::slot_drop(Shard& s, uint32_t id) {

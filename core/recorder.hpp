@@ -121,7 +121,7 @@ class Recorder {
   };
   // The record goes into a slot of its shard's (r->slot set), or is counted as unrecorded.
   void slot_put(Shard& s, AllocRecord* r);
-  void slot_update(const AllocRecord& r);  // the record changed in place
+  void slot_mark_freed(const AllocRecord& r);  // its cache_flags and stack_id changed in place
   void slot_drop(Shard& s, uint32_t slot);
   // Copies r into the registry (key) with its slot: the whole of an insertion. Caller holds s.lock.
   bool live_put(Shard& s, uint64_t key, AllocRecord r, AllocRecord* stale);

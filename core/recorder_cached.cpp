@@ -115,7 +115,7 @@ bool Recorder::cached_block_free_requested(uint64_t addr, uint32_t free_stack_id
   if (!cur || (cur->cache_flags & kCachePendingFree)) return false;
   cur->cache_flags |= kCachePendingFree;
   if (free_stack_id) cur->stack_id = free_stack_id;  // the free's entries carry the free's stack
-  slot_update(*cur);
+  slot_mark_freed(*cur);
   return true;
 }
 
