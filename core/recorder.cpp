@@ -190,16 +190,7 @@ void Recorder::account(const AllocRecord& r, int64_t sign) {
 }
 
 void Recorder::emit_alloc(const AllocRecord& r) {
-  TraceEntry e;
-  e.time_us = r.time_us;
-  e.addr = r.addr;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = r.kind;
+  TraceEntry e = entry_of(r, r.time_us);
   e.action = Action::SegmentAlloc;
   e.size = r.size;
   push(e);
@@ -209,16 +200,9 @@ void Recorder::emit_alloc(const AllocRecord& r) {
 }
 
 void Recorder::emit_free(const AllocRecord& r, uint64_t stream, uint32_t stack_id, uint64_t t) {
-  TraceEntry e;
-  e.time_us = t;
-  e.addr = r.addr;
+  TraceEntry e = entry_of(r, t);
   e.stream = stream;
-  e.note = r.note;
-  e.stack_id = stack_id ? stack_id : r.stack_id;
-  e.range = r.range;  // a free carries its allocation's ranges, as it carries its stack
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = r.kind;
+  e.stack_id = stack_id ? stack_id : r.stack_id;  // its ranges stay the allocation's
   e.size = r.requested;
   e.action = Action::FreeRequested;
   push(e);

@@ -132,6 +132,21 @@ class Recorder {
   static uint64_t key_of(const AllocRecord& r) { return r.cache == CacheRole::Segment ? segment_key(r.addr) : r.addr; }
   Shard& shard_of(uint64_t addr) { return shards_[(addr >> 9) * 0x9E3779B97F4A7C15ull >> 59]; }
   void push(const TraceEntry& e);  // caller holds ring_lock_
+  // An entry about r's memory at time t, with r's stream, note, stack, ranges, device and kind;
+  // the caller sets action and size.
+  static TraceEntry entry_of(const AllocRecord& r, uint64_t t) {
+    TraceEntry e;
+    e.time_us = t;
+    e.addr = r.addr;
+    e.stream = r.stream;
+    e.note = r.note;
+    e.stack_id = r.stack_id;
+    e.range = r.range;
+    e.phase = r.phase;
+    e.device = r.device;
+    e.kind = r.kind;
+    return e;
+  }
   StateCopy copy_state_locked();
   StateCopy copy_state_impl(bool ring_under_locks);
   void emit_alloc(const AllocRecord& r);

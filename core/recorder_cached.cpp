@@ -59,16 +59,7 @@ void Recorder::purge_cached_blocks(uint64_t ctx, uint32_t kind_mask, uint64_t t)
 }
 
 void Recorder::emit_cached_purge(const AllocRecord& r, uint64_t t) {
-  TraceEntry e;
-  e.time_us = t;
-  e.addr = r.addr;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = MemKind::Cached;
+  TraceEntry e = entry_of(r, t);
   if (r.cache == CacheRole::Block) {
     e.size = r.requested;
     e.action = Action::FreeRequested;
@@ -93,17 +84,8 @@ void Recorder::cached_block_alloc(const AllocRecord& r) {
     ++c_->stale_replaced;
     account(stale, -1);
   }
-  TraceEntry e;
-  e.time_us = r.time_us;
-  e.addr = r.addr;
+  TraceEntry e = entry_of(r, r.time_us);
   e.size = r.requested;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = MemKind::Cached;
   e.action = Action::Alloc;
   push(e);
   account(r, +1);
@@ -123,17 +105,8 @@ bool Recorder::cached_block_free_completed(uint64_t addr, uint64_t ticks) {
   SpinGuard rg(ring_lock_);
   AllocRecord r;
   if (!live_take(blocks_, addr, &r)) return false;
-  TraceEntry e;
-  e.time_us = ticks;
-  e.addr = addr;
+  TraceEntry e = entry_of(r, ticks);
   e.size = r.requested;
-  e.stream = r.stream;
-  e.note = r.note;
-  e.stack_id = r.stack_id;
-  e.range = r.range;
-  e.phase = r.phase;
-  e.device = r.device;
-  e.kind = MemKind::Cached;
   e.action = Action::FreeRequested;
   push(e);
   e.action = Action::FreeCompleted;

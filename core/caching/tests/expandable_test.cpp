@@ -3,17 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include "core/caching/tests/fake_backend.hpp"
+#include "core/caching/tests/must.hpp"
 
 using namespace memtrace;
 using namespace memtrace::caching;
 using namespace memtrace::caching::testing;
 
 namespace {
-uintptr_t must(MallocResult r) {
-  REQUIRE(r.error == 0);
-  REQUIRE(r.ptr != 0);
-  return r.ptr;
-}
 const char* kExp = "expandable_segments:True,memtrace_deferred_free:False";
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/caching/tests/fake_backend.hpp"
+#include "core/caching/tests/must.hpp"
 
 using namespace memtrace;
 using namespace memtrace::caching;
@@ -12,11 +13,6 @@ namespace {
 // PyTorch's semantics: frees complete at once (deferred frees have their own tests).
 const char* kImmediate = "memtrace_deferred_free:False";
 
-uintptr_t must(MallocResult r) {
-  REQUIRE(r.error == 0);
-  REQUIRE(r.ptr != 0);
-  return r.ptr;
-}
 size_t last_segment_alloc(const Recorder& rec) {
   auto v = rec.of(Action::SegmentAlloc);
   REQUIRE(!v.empty());

@@ -6,17 +6,13 @@
 #include <algorithm>
 
 #include "core/caching/tests/fake_backend.hpp"
+#include "core/caching/tests/must.hpp"
 
 using namespace memtrace;
 using namespace memtrace::caching;
 using namespace memtrace::caching::testing;
 
 namespace {
-uintptr_t must(MallocResult r) {
-  REQUIRE(r.error == 0);
-  REQUIRE(r.ptr != 0);
-  return r.ptr;
-}
 size_t blocks_in(const CachingAllocator& a) {
   size_t n = 0;
   for (const SegmentView& s : a.segments()) n += s.blocks.size();
