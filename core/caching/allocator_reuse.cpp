@@ -53,7 +53,8 @@ void CachingAllocator::Impl::reuse_drain() {
 Block* CachingAllocator::Impl::find_cached(Request& r) {
   if (Block* b = reuse_take(r)) return b;
   Block* b = get_free_block(r);
-  if (b || binned == 0) return b;
+  // Bins hold small-pool blocks only: draining them cannot serve a large request.
+  if (b || binned == 0 || r.pool->kind != PoolKind::Small) return b;
   reuse_drain();
   return get_free_block(r);
 }

@@ -61,6 +61,21 @@ TEST_CASE("binned blocks merge before a request that would otherwise take new me
   CHECK(a.check_invariants() == "");
 }
 
+TEST_CASE("a large request leaves the small pool's bins alone", "[reuse]") {
+  FakeBackend be;
+  CachingAllocator a(be, AllocConf{});
+  must(a.malloc(4096));
+  const uintptr_t p = must(a.malloc(4096));  // borders the free rest of the segment
+  a.free(p);
+  a.flush_pending_frees();
+  const size_t before = blocks_in(a);
+  must(a.malloc(12 * MiB));  // large pool: a segment of its own
+  CHECK(be.allocs == 2);
+  CHECK(blocks_in(a) == before + 1);  // the small segment as it was: p still whole, not merged
+  CHECK(must(a.malloc(4096)) == p);
+  CHECK(a.check_invariants() == "");
+}
+
 TEST_CASE("empty_cache gives back a segment that only binned blocks held", "[reuse]") {
   FakeBackend be;
   Recorder rec;
