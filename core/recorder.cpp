@@ -52,13 +52,19 @@ void Recorder::detach_state() {
 // A slot is written inside an odd sequence number, so a reader in another process can tell a
 // copy taken while it changed (docs/state-file.md, "Live slots").
 namespace {
-void write_slot(LiveSlot& slot, const AllocRecord* r) {
+template <typename Change>
+void change_slot(LiveSlot& slot, Change&& change) {
   const uint32_t q = slot.seq.load(std::memory_order_relaxed);
   slot.seq.store(q + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  if (r) slot.rec = *r;
-  slot.live = r ? 1 : 0;
+  change();
   slot.seq.store(q + 2, std::memory_order_release);
+}
+void write_slot(LiveSlot& slot, const AllocRecord* r) {
+  change_slot(slot, [&] {
+    if (r) slot.rec = *r;
+    slot.live = r ? 1 : 0;
+  });
 }
 }  // namespace
 
@@ -84,12 +90,10 @@ void Recorder::slot_mark_freed(const AllocRecord& r) {
   // Only what a pending free changes: a whole record copied again was a visible share of a
   // cached block's free (docs/caching-allocator.md, "What the hooks add").
   LiveSlot& slot = slots_[r.slot - 1];
-  const uint32_t q = slot.seq.load(std::memory_order_relaxed);
-  slot.seq.store(q + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  slot.rec.cache_flags = r.cache_flags;
-  slot.rec.stack_id = r.stack_id;
-  slot.seq.store(q + 2, std::memory_order_release);
+  change_slot(slot, [&] {
+    slot.rec.cache_flags = r.cache_flags;
+    slot.rec.stack_id = r.stack_id;
+  });
 }
 
 void Recorder::slot_drop(Shard& s, uint32_t id) {

@@ -1,12 +1,24 @@
 // The caching allocator's records (MEMTRACE_ALLOCATOR=caching) and context teardown: blocks
 // handed out, freed and settled, segment changes, and the purge of a destroyed context's records.
 // The rest of the recorder is core/recorder.cpp.
-#include <algorithm>
-
 #include "core/clock.hpp"
 #include "core/recorder.hpp"
 
 namespace memtrace {
+
+namespace {
+constexpr int kBatch = 64;
+// Up to kBatch records that pick() chooses, copied out: taking while iterating would reshuffle
+// the table.
+template <typename Pick>
+int pick_batch(AddrMap<AllocRecord>& live, Pick&& pick, AllocRecord* out) {
+  int n = 0;
+  live.for_each([&](uint64_t, const AllocRecord& r) {
+    if (n < kBatch && pick(r)) out[n++] = r;
+  });
+  return n;
+}
+}  // namespace
 
 void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
   if (ctx == 0) return;
@@ -17,14 +29,11 @@ void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
     if (pass == 0) purge_cached_blocks(ctx, kind_mask, t);
     for (Shard& s : shards_) {
       SpinGuard g(s.lock);
-      AllocRecord victims[64];
+      AllocRecord victims[kBatch];
       for (;;) {
-        // Collect in small batches: taking while iterating would reshuffle the table.
-        int n = 0;
-        s.live.for_each([&](uint64_t, const AllocRecord& r) {
-          bool seg = r.cache == CacheRole::Segment;
-          if (r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && seg == (pass == 1) && n < 64) victims[n++] = r;
-        });
+        const int n = pick_batch(s.live, [&](const AllocRecord& r) {
+          return r.ctx == ctx && (kind_mask & kind_bit(r.kind)) && (r.cache == CacheRole::Segment) == (pass == 1);
+        }, victims);
         if (n == 0) break;
         for (int i = 0; i < n; ++i) live_take(s, key_of(victims[i]), nullptr);
         SpinGuard rg(ring_lock_);
@@ -43,12 +52,9 @@ void Recorder::purge_context(uint64_t ctx, uint32_t kind_mask) {
 void Recorder::purge_cached_blocks(uint64_t ctx, uint32_t kind_mask, uint64_t t) {
   if (!(kind_mask & kind_bit(MemKind::Cached))) return;
   SpinGuard rg(ring_lock_);
-  AllocRecord victims[64];
+  AllocRecord victims[kBatch];
   for (;;) {
-    int n = 0;
-    blocks_.live.for_each([&](uint64_t, const AllocRecord& r) {
-      if (r.ctx == ctx && n < 64) victims[n++] = r;
-    });
+    const int n = pick_batch(blocks_.live, [&](const AllocRecord& r) { return r.ctx == ctx; }, victims);
     if (n == 0) return;
     for (int i = 0; i < n; ++i) {
       live_take(blocks_, victims[i].addr, nullptr);

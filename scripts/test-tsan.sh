@@ -4,7 +4,8 @@
 # programs below and what they link are built (6.5 minutes from a clean folder on 2 cores, the
 # tests half a minute of it).
 #
-#   core_tests        the recorder from ten threads while another dumps; a dump while the ring wraps
+#   core_tests        the recorder from ten threads while another dumps; a dump while the ring wraps;
+#                     SleepingLock from four threads
 #   caching_tests     eight threads on one caching allocator; hits and frees during a synchronize
 #   sim_driver_tests  the simulated driver from eight threads; contexts seen from other threads
 #                     (and its [fork] cases, ctest's sim_driver_fork_tests: fork beside busy threads)

@@ -43,7 +43,7 @@ void CachingAllocator::Impl::put_free(Block* b) {
 // moved aside first (its blocks stay Pending, so nothing touches them); frees made meanwhile
 // start the next batch. A thread that finds a flush under way waits for it instead of
 // synchronizing again.
-void CachingAllocator::Impl::flush_pending(std::unique_lock<AllocatorLock>& lk) {
+void CachingAllocator::Impl::flush_pending(std::unique_lock<SleepingLock>& lk) {
   if (flushing) {
     flush_done.wait(lk, [&] { return !flushing; });
     return;
@@ -72,7 +72,7 @@ void CachingAllocator::Impl::complete_pending() {
   pending.clear();
 }
 
-bool CachingAllocator::Impl::free(uintptr_t ptr, std::unique_lock<AllocatorLock>& lk) {
+bool CachingAllocator::Impl::free(uintptr_t ptr, std::unique_lock<SleepingLock>& lk) {
   Block* b = nullptr;
   if (!live.take(ptr, &b)) return false;
   st.allocated -= b->size;
@@ -91,11 +91,11 @@ bool CachingAllocator::Impl::free(uintptr_t ptr, std::unique_lock<AllocatorLock>
 }
 
 bool CachingAllocator::free(uintptr_t ptr) {
-  std::unique_lock<AllocatorLock> lk(impl_->mu);
+  std::unique_lock<SleepingLock> lk(impl_->mu);
   return impl_->free(ptr, lk);
 }
 void CachingAllocator::flush_pending_frees() {
-  std::unique_lock<AllocatorLock> lk(impl_->mu);
+  std::unique_lock<SleepingLock> lk(impl_->mu);
   impl_->flush_pending(lk);  // waits for a flush under way, if any
   impl_->flush_pending(lk);  // then settles what is pending now
 }

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "core/addr_map.hpp"
-#include "core/caching/allocator_lock.hpp"
+#include "core/spinlock.hpp"
 #include "core/caching/caching_allocator.hpp"
 
 namespace memtrace::caching {
@@ -134,7 +134,7 @@ struct CachingAllocator::Impl {
   Backend& backend;
   AllocConf conf;
   Listener* listener;
-  mutable AllocatorLock mu;
+  mutable SleepingLock mu;
 
   Pool pools[2];
   std::map<uintptr_t, Segment*> segments;
@@ -230,7 +230,7 @@ struct CachingAllocator::Impl {
   // docs/caching-allocator.md, "Splitting", and the hand-out
   bool should_split(const Block* b, size_t rounded) const;
   uintptr_t hand_out(Block* b, Request& r);
-  MallocResult malloc(size_t size, uintptr_t stream, std::unique_lock<AllocatorLock>& lk);
+  MallocResult malloc(size_t size, uintptr_t stream, std::unique_lock<SleepingLock>& lk);
   // docs/caching-allocator.md, "When the device is full: release and retry", step 6: the caller
   // gets the backend's code; the trace gets an oom entry.
   MallocResult oom(const Request& r, int err);
@@ -259,10 +259,10 @@ struct CachingAllocator::Impl {
   // Merges `b` (settled, in no set) with its free neighbours into its pool's free set.
   void put_free(Block* b);
   // Settles the pending batch with one synchronize, run WITHOUT the lock (see allocator_free.cpp).
-  void flush_pending(std::unique_lock<AllocatorLock>& lk);
+  void flush_pending(std::unique_lock<SleepingLock>& lk);
   // After a synchronize (under the lock) that started after every pending free.
   void complete_pending();
-  bool free(uintptr_t ptr, std::unique_lock<AllocatorLock>& lk);
+  bool free(uintptr_t ptr, std::unique_lock<SleepingLock>& lk);
 
   // ---- allocator_release.cpp ----
 

@@ -192,19 +192,19 @@ std::string CachingAllocator::Impl::check() const {
 }
 
 std::optional<BlockInfo> CachingAllocator::block_of(uintptr_t ptr) const {
-  std::lock_guard<AllocatorLock> g(impl_->mu);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   return impl_->block_of(ptr);
 }
 bool CachingAllocator::owns(uintptr_t ptr) const {
-  std::lock_guard<AllocatorLock> g(impl_->mu);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   return impl_->segment_at(ptr) != nullptr;
 }
 std::vector<SegmentView> CachingAllocator::segments() const {
-  std::lock_guard<AllocatorLock> g(impl_->mu);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   return impl_->segment_views();
 }
 Stats CachingAllocator::stats() const {
-  std::lock_guard<AllocatorLock> g(impl_->mu);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   Stats s = impl_->st;
   for (const Pool& p : impl_->pools)
     for (const Block* b : p.free) s.largest_free_block = std::max(s.largest_free_block, b->size);
@@ -213,7 +213,7 @@ Stats CachingAllocator::stats() const {
   return s;
 }
 std::string CachingAllocator::check_invariants() const {
-  std::lock_guard<AllocatorLock> g(impl_->mu);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   return impl_->check();
 }
 

@@ -101,7 +101,7 @@ uintptr_t CachingAllocator::Impl::hand_out(Block* b, Request& r) {
   return b->addr;
 }
 
-MallocResult CachingAllocator::Impl::malloc(size_t size, uintptr_t stream, std::unique_lock<AllocatorLock>& lk) {
+MallocResult CachingAllocator::Impl::malloc(size_t size, uintptr_t stream, std::unique_lock<SleepingLock>& lk) {
   Request r;
   r.size = size;
   r.stream = stream;
@@ -155,7 +155,7 @@ MallocResult CachingAllocator::Impl::oom(const Request& r, int err) {
 }
 
 MallocResult CachingAllocator::malloc(size_t size, uintptr_t stream) {
-  std::unique_lock<AllocatorLock> lk(impl_->mu);
+  std::unique_lock<SleepingLock> lk(impl_->mu);
   return impl_->malloc(size, stream, lk);
 }
 

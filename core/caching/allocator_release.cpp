@@ -112,7 +112,7 @@ void CachingAllocator::Impl::garbage_collect() {
 }
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<AllocatorLock> g(impl_->mu);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   impl_->release_cached_blocks();
 }
 

@@ -1,5 +1,5 @@
-// The allocator's lock (core/caching/allocator_lock.hpp): one holder at a time, and a waiter
-// that went to sleep behind a long hold still gets the lock once it is released, with no wake-up.
+// SleepingLock (core/spinlock.hpp): one holder at a time, and a waiter that went to sleep behind a
+// long hold still gets the lock once it is released, with no wake-up.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/caching/allocator_lock.hpp"
+#include "core/spinlock.hpp"
 
-using memtrace::caching::AllocatorLock;
+using memtrace::SleepingLock;
 
-TEST_CASE("the allocator's lock lets one thread in at a time", "[lock]") {
-  AllocatorLock lock;
+TEST_CASE("a sleeping lock lets one thread in at a time", "[lock]") {
+  SleepingLock lock;
   long counter = 0;  // plain: only the lock orders it (ThreadSanitizer checks this in CI)
   std::atomic<int> inside{0};
   std::atomic<bool> overlap{false};
@@ -21,7 +21,7 @@ TEST_CASE("the allocator's lock lets one thread in at a time", "[lock]") {
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&] {
       for (int i = 0; i < 20000; ++i) {
-        std::lock_guard<AllocatorLock> g(lock);
+        std::lock_guard<SleepingLock> g(lock);
         if (inside.fetch_add(1) != 0) overlap = true;
         ++counter;
         inside.fetch_sub(1);
@@ -33,11 +33,11 @@ TEST_CASE("the allocator's lock lets one thread in at a time", "[lock]") {
 }
 
 TEST_CASE("a waiter behind a long hold gets the lock when it is released", "[lock]") {
-  AllocatorLock lock;
+  SleepingLock lock;
   lock.lock();
   std::atomic<bool> got{false};
   std::thread waiter([&] {
-    std::lock_guard<AllocatorLock> g(lock);
+    std::lock_guard<SleepingLock> g(lock);
     got = true;
   });
   // Long enough for the waiter to have gone past spinning and yielding to sleeping.
