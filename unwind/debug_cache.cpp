@@ -6,20 +6,26 @@
 #include <elfutils/libdwelf.h>
 #include <fcntl.h>
 #include <gelf.h>
-#include <libdeflate.h>
 #include <libelf.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 
+#include "unwind/inflated_elf.hpp"
+#include "unwind/partial_copy.hpp"
+
 namespace memtrace::unwind {
+
+using detail::PartialCopy;
 
 namespace {
 
@@ -113,129 +119,11 @@ bool make_dirs(const std::string& dir) {
   return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// The inflated bytes of a zlib-compressed section (ch: its compression header; header: that
-// header's size in this ELF class), or null when they do not inflate to exactly ch.ch_size bytes.
-// libdeflate, told the size up front, inflates in one call, well ahead of zlib's inflate (the one
-// libelf and libdw use): docs/symbolization.md.
-std::unique_ptr<unsigned char[]> inflate_zlib(libdeflate_decompressor* d, Elf_Scn* scn, const GElf_Chdr& ch,
-                                              size_t header, std::string* err) {
-  Elf_Data* raw = elf_rawdata(scn, nullptr);
-  if (raw == nullptr || header == 0 || raw->d_size < header) {
-    *err = "a compressed section without its header";
-    return nullptr;
-  }
-  std::unique_ptr<unsigned char[]> out(new (std::nothrow) unsigned char[ch.ch_size ? ch.ch_size : 1]);
-  if (out == nullptr) {
-    *err = "out of memory";
-    return nullptr;
-  }
-  const auto* in = static_cast<const unsigned char*>(raw->d_buf) + header;
-  if (libdeflate_zlib_decompress(d, in, raw->d_size - header, out.get(), ch.ch_size, nullptr) != LIBDEFLATE_SUCCESS) {
-    *err = "a compressed section that does not inflate to its stated size";
-    return nullptr;
-  }
-  return out;
-}
-
-// Writes src to out with every compressed section inflated; the layout is the source's order,
-// each section at its alignment, the section headers last. An error's text, or "" when written.
-std::string write_inflated(Elf* src, int out) {
-  Elf* dst = elf_begin(out, ELF_C_WRITE, nullptr);
-  if (dst == nullptr) return elf_errmsg(-1);
-  std::string err;
-  GElf_Ehdr eh;
-  size_t phnum = 0, shstrndx = 0;
-  if (gelf_getehdr(src, &eh) == nullptr || elf_getphdrnum(src, &phnum) != 0 || elf_getshdrstrndx(src, &shstrndx) != 0 ||
-      gelf_newehdr(dst, gelf_getclass(src)) == nullptr || (phnum > 0 && gelf_newphdr(dst, phnum) == nullptr))
-    err = elf_errmsg(-1);
-  for (size_t i = 0; err.empty() && i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(src, static_cast<int>(i), &ph) == nullptr || gelf_update_phdr(dst, static_cast<int>(i), &ph) == 0)
-      err = elf_errmsg(-1);
-  }
-  const size_t ehsize = gelf_fsize(dst, ELF_T_EHDR, 1, EV_CURRENT);
-  uint64_t offset = ehsize + phnum * gelf_fsize(dst, ELF_T_PHDR, 1, EV_CURRENT);
-  const size_t chdr_size = gelf_fsize(src, ELF_T_CHDR, 1, EV_CURRENT);
-  std::vector<std::unique_ptr<unsigned char[]>> inflated;  // what the new sections' data views
-  std::unique_ptr<libdeflate_decompressor, void (*)(libdeflate_decompressor*)> inflater(
-      libdeflate_alloc_decompressor(), libdeflate_free_decompressor);
-  if (inflater == nullptr) err = "out of memory";
-  for (Elf_Scn* scn = elf_nextscn(src, nullptr); err.empty() && scn != nullptr; scn = elf_nextscn(src, scn)) {
-    GElf_Shdr sh;
-    GElf_Chdr ch;
-    if (gelf_getshdr(scn, &sh) == nullptr || ((sh.sh_flags & SHF_COMPRESSED) && gelf_getchdr(scn, &ch) == nullptr)) {
-      err = elf_errmsg(-1);
-      break;
-    }
-    Elf_Data mine{};  // a zlib section's inflated bytes, when it is one
-    if ((sh.sh_flags & SHF_COMPRESSED) && ch.ch_type == ELFCOMPRESS_ZLIB) {
-      inflated.push_back(inflate_zlib(inflater.get(), scn, ch, chdr_size, &err));
-      if (inflated.back() == nullptr) break;
-      mine.d_buf = inflated.back().get();
-      mine.d_type = ELF_T_BYTE;
-      mine.d_size = ch.ch_size;
-      mine.d_align = ch.ch_addralign;
-      mine.d_version = EV_CURRENT;
-      sh.sh_flags &= ~static_cast<GElf_Xword>(SHF_COMPRESSED);
-      sh.sh_size = ch.ch_size;
-      sh.sh_addralign = ch.ch_addralign;
-    } else if ((sh.sh_flags & SHF_COMPRESSED) && (elf_compress(scn, 0, 0) < 0 || gelf_getshdr(scn, &sh) == nullptr)) {
-      err = elf_errmsg(-1);  // another compression (zstd): libelf inflates it, if it can
-      break;
-    }
-    Elf_Scn* to = elf_newscn(dst);
-    if (to == nullptr) {
-      err = elf_errmsg(-1);
-      break;
-    }
-    const uint64_t align = sh.sh_addralign > 1 ? sh.sh_addralign : 1;
-    offset = (offset + align - 1) / align * align;
-    sh.sh_offset = offset;
-    if (sh.sh_type != SHT_NOBITS) {
-      Elf_Data* from = mine.d_buf != nullptr ? &mine : elf_getdata(scn, nullptr);
-      Elf_Data* data = elf_newdata(to);
-      if (data == nullptr) {
-        err = elf_errmsg(-1);
-        break;
-      }
-      if (from != nullptr) {
-        *data = *from;
-        data->d_off = 0;
-      }
-      offset += sh.sh_size;
-    }
-    if (gelf_update_shdr(to, &sh) == 0) err = elf_errmsg(-1);
-  }
-  if (err.empty()) {
-    eh.e_phoff = phnum > 0 ? ehsize : 0;
-    eh.e_shoff = (offset + 7) / 8 * 8;
-    // The names' section keeps its index; past SHN_LORESERVE it lives in section 0's sh_link.
-    if (shstrndx >= SHN_LORESERVE) {
-      eh.e_shstrndx = SHN_XINDEX;
-      GElf_Shdr zero;
-      Elf_Scn* first = elf_getscn(dst, 0);
-      if (first == nullptr || gelf_getshdr(first, &zero) == nullptr) {
-        err = elf_errmsg(-1);
-      } else {
-        zero.sh_link = static_cast<GElf_Word>(shstrndx);
-        if (gelf_update_shdr(first, &zero) == 0) err = elf_errmsg(-1);
-      }
-    }
-    if (err.empty() && gelf_update_ehdr(dst, &eh) == 0) err = elf_errmsg(-1);
-  }
-  if (err.empty()) {
-    elf_flagelf(dst, ELF_C_SET, ELF_F_LAYOUT);
-    if (elf_update(dst, ELF_C_WRITE) < 0) err = elf_errmsg(-1);
-  }
-  elf_end(dst);
-  return err;
-}
-
-// The same, from the file fd refers to.
-std::string write_inflated(int fd, int out) {
+// The whole copy of the file fd refers to, written to out (unwind/inflated_elf.hpp).
+std::string write_inflated_file(int fd, int out) {
   Elf* src = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
   if (src == nullptr) return elf_errmsg(-1);
-  std::string err = write_inflated(src, out);
+  std::string err = detail::write_inflated(src, out);
   elf_end(src);
   return err;
 }
@@ -249,7 +137,7 @@ int inflated_in_memory(int fd, std::string* err) {
     *err = std::strerror(errno);
     return -1;
   }
-  *err = write_inflated(fd, out);
+  *err = write_inflated_file(fd, out);
   if (!err->empty()) {
     close(out);
     return -1;
@@ -257,18 +145,44 @@ int inflated_in_memory(int fd, std::string* err) {
   return out;
 }
 
-// The copy of the file fd refers to, made at path (through a temporary, renamed when whole: two
-// processes may make it at once). An error's text, or "".
-std::string make_copy(int fd, const std::string& dir, const std::string& path) {
+// A copy made at path by write (through a temporary, renamed when whole: two processes may make
+// it at once). An error's text, or "".
+std::string make_copy(const std::string& dir, const std::string& path, const std::function<std::string(int)>& write) {
   if (!make_dirs(dir)) return std::string("cannot make the folder: ") + std::strerror(errno);
   const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(gettid());
   const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (out < 0) return std::string("cannot write in the folder: ") + std::strerror(errno);
-  std::string err = write_inflated(fd, out);
+  std::string err = write(out);
   if (close(out) != 0 && err.empty()) err = std::strerror(errno);
   if (err.empty() && rename(tmp.c_str(), path.c_str()) != 0) err = std::strerror(errno);
   if (!err.empty()) unlink(tmp.c_str());
   return err;
+}
+
+// The bytes of the memory file mfd, written to out.
+std::string copy_bytes(int mfd, int out) {
+  const off_t size = lseek(mfd, 0, SEEK_END);
+  if (size < 0) return std::strerror(errno);
+  for (off_t at = 0; at < size;) {
+    const ssize_t n = sendfile(out, mfd, &at, static_cast<size_t>(size - at));
+    if (n <= 0) return n == 0 ? std::string("short write") : std::strerror(errno);
+  }
+  return "";
+}
+
+// A partial copy that became whole (unwind/partial_copy.hpp), kept in the cache when there is one
+// and it holds no copy yet: the next program maps it instead of inflating again.
+void keep_whole(int mfd, const std::string& name, const std::string& hexid, const unsigned char* id, int id_len) {
+  const std::string dir = debug_cache_dir();
+  if (dir.empty()) return;
+  const std::string copy = dir + "/" + hexid + ".debug";
+  if (const int cfd = open_holding_copy(copy, id, id_len, nullptr); cfd >= 0) {
+    close(cfd);
+    return;
+  }
+  unlink(copy.c_str());  // another file under that name (a crash mid-rename cannot leave one; a person can)
+  if (std::string err = make_copy(dir, copy, [mfd](int out) { return copy_bytes(mfd, out); }); !err.empty())
+    warn_once(dir, "no decompressed copy of " + name + " kept in " + dir + " (" + err + ")");
 }
 
 }  // namespace
@@ -329,20 +243,42 @@ int debug_file_or_copy(int fd, const char* path, const unsigned char* id, int id
   if (bytes == 0) return fd;
   const std::string name = path != nullptr ? path : "a debug file";
   const std::string dir = debug_cache_dir();
-  std::string disk_err;  // why no copy could be kept, when one was to be
-  if (!dir.empty() && bytes <= kMaxCopyBytes) {
-    const std::string copy = dir + "/" + hex(id, id_len) + ".debug";
-    int cfd = open_holding_copy(copy, id, id_len, copy_path);
-    if (cfd < 0) {
-      // Absent, or another file under that name (a crash mid-rename cannot leave one; a person can).
-      unlink(copy.c_str());
-      disk_err = make_copy(fd, dir, copy);
-      if (disk_err.empty()) cfd = open_holding_copy(copy, id, id_len, copy_path);
-    }
-    if (cfd >= 0) {
+  const std::string hexid = hex(id, id_len);
+  const std::string copy = dir + "/" + hexid + ".debug";
+  if (!dir.empty())
+    if (const int cfd = open_holding_copy(copy, id, id_len, copy_path); cfd >= 0) {
       close(fd);
       return cfd;
     }
+  // This process's partial copy, inflated only as far as the units asked need.
+  std::string perr;
+  const std::string raw_id(reinterpret_cast<const char*>(id), static_cast<size_t>(id_len));
+  PartialCopy::Hooks hooks;
+  hooks.warn = [name](const std::string& text) { warn_once(name, text); };
+  if (bytes <= kMaxCopyBytes) {
+    std::vector<unsigned char> id_bytes(id, id + id_len);
+    hooks.whole = [name, hexid, id_bytes](int mfd) {
+      keep_whole(mfd, name, hexid, id_bytes.data(), static_cast<int>(id_bytes.size()));
+    };
+  }
+  if (auto partial = PartialCopy::open(fd, name, raw_id, hooks, &perr)) {
+    const int pfd = fcntl(partial->fd(), F_DUPFD_CLOEXEC, 0);
+    if (pfd >= 0) {
+      if (partial->whole() && hooks.whole) hooks.whole(partial->fd());  // made whole before the cache was set
+      close(fd);
+      return pfd;
+    }
+  }
+  // A file a partial copy cannot serve: the whole copy, on disk when there is a cache.
+  std::string disk_err;  // why no copy could be kept, when one was to be
+  if (!dir.empty() && bytes <= kMaxCopyBytes) {
+    unlink(copy.c_str());  // another file under that name (a crash mid-rename cannot leave one; a person can)
+    disk_err = make_copy(dir, copy, [fd](int out) { return write_inflated_file(fd, out); });
+    if (disk_err.empty())
+      if (const int cfd = open_holding_copy(copy, id, id_len, copy_path); cfd >= 0) {
+        close(fd);
+        return cfd;
+      }
   }
   std::string err;
   const int mfd = inflated_in_memory(fd, &err);

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -36,6 +37,7 @@
 #include "unwind/libdw_lock.hpp"
 #include "unwind/line_table.hpp"
 #include "unwind/module_map.hpp"
+#include "unwind/partial_copy.hpp"
 #include "unwind/scope_index.hpp"
 #include "unwind/symbol_index.hpp"
 #include "unwind/symbolizer.hpp"
@@ -81,6 +83,7 @@ using detail::find_debuginfo;
 using detail::libdw_mutex;
 using detail::LibdwLock;
 using detail::LineTable;
+using detail::PartialCopy;
 using detail::line_table_file;
 using detail::ScopeIndex;
 using detail::SymbolIndex;
@@ -236,6 +239,17 @@ struct Symbolizer::Impl {
   };
   std::unordered_map<Dwfl_Module*, UnitsByRange> units_by_range;
   Dwarf_Die* unit_by_ranges(Dwfl_Module* mod, Dwarf_Addr pc, Dwarf_Addr* bias);
+
+  // Modules whose debug file is a partial copy (unwind/partial_copy.hpp), and the units found in
+  // them (by .debug_aranges, made readable before libdw reads them). Cleared with the indexes.
+  std::unordered_map<Dwfl_Module*, std::shared_ptr<PartialCopy>> partials;
+  struct PartialUnit {
+    bool ok = false;
+    Dwarf_Die die{};
+  };
+  std::map<std::pair<Dwarf*, uint64_t>, PartialUnit> partial_units;
+  PartialCopy* partial_of(Dwfl_Module* mod);
+  Dwarf_Die* unit_in_partial(Dwfl_Module* mod, PartialCopy& copy, uintptr_t pc, Dwarf_Addr* bias);
 
   // The unit's scope index, or null where libdw must answer (slot: as for line_table).
   ScopeIndex* scope_index(Dwarf_Die* cudie, std::unique_ptr<ScopeIndex>* known = nullptr);

@@ -49,6 +49,8 @@ void Symbolizer::Impl::report() {
   scope_indexes.clear();
   unit_ranges.clear();
   units_by_range.clear();
+  partials.clear();
+  partial_units.clear();
   symbol_indexes.clear();
   for (Worker* w : all_workers()) {
     w->elf_names.clear();

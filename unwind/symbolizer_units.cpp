@@ -105,12 +105,59 @@ ScopeIndex* Symbolizer::Impl::scope_index(Dwarf_Die* cudie, std::unique_ptr<Scop
   return slot->usable ? slot.get() : nullptr;
 }
 
+PartialCopy* Symbolizer::Impl::partial_of(Dwfl_Module* mod) {
+  auto [it, fresh] = partials.try_emplace(mod);
+  if (fresh) {
+    Dwarf_Addr b = 0;
+    const char* debugfile = nullptr;
+    const unsigned char* id = nullptr;
+    GElf_Addr vaddr = 0;
+    if (dwfl_module_getdwarf(mod, &b) != nullptr) {  // (which opens the debug file, if any)
+      dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &debugfile);
+      const int len = dwfl_module_build_id(mod, &id, &vaddr);
+      if (debugfile != nullptr && len > 0) it->second = PartialCopy::find(id, len, debugfile);
+    }
+  }
+  return it->second.get();
+}
+
+Dwarf_Die* Symbolizer::Impl::unit_in_partial(Dwfl_Module* mod, PartialCopy& copy, uintptr_t pc, Dwarf_Addr* bias) {
+  Dwarf_Addr b = 0;
+  Dwarf* dbg = dwfl_module_getdwarf(mod, &b);
+  uint64_t cu = 0;
+  if (dbg == nullptr || !copy.unit_of(pc - b, &cu)) return nullptr;
+  auto [it, fresh] = partial_units.try_emplace({dbg, cu});
+  PartialUnit& u = it->second;
+  if (fresh) {
+    // Inflated as far as this unit before libdw reads it; then its line program.
+    Dwarf_Off next = 0;
+    size_t header = 0;
+    Dwarf_Attribute attr;
+    Dwarf_Word stmt_list = 0;
+    u.ok = copy.prepare_unit(cu) && dwarf_nextcu(dbg, cu, &next, &header, nullptr, nullptr, nullptr) == 0 &&
+           dwarf_offdie(dbg, cu + header, &u.die) != nullptr;
+    if (u.ok && dwarf_formudata(dwarf_attr(&u.die, DW_AT_stmt_list, &attr), &stmt_list) == 0)
+      u.ok = copy.prepare_lines(stmt_list);
+  }
+  if (!u.ok) return nullptr;
+  *bias = b;
+  return &u.die;
+}
+
 Dwarf_Die* Symbolizer::Impl::unit_at(Dwfl_Module* mod, uintptr_t pc, Dwarf_Addr* bias, bool* found_by_ranges) {
-  Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, bias);
+  Dwarf_Die* cudie = nullptr;
   *found_by_ranges = false;
-  if (cudie == nullptr) {
-    cudie = unit_by_ranges(mod, pc, bias);
+  if (PartialCopy* copy = partial_of(mod)) {
+    // Never libdw's lookup by address here: it reads every unit's header, all of .debug_info.
+    // (found_by_ranges: where the line table must come from libdw, through this unit too.)
+    cudie = unit_in_partial(mod, *copy, pc, bias);
     *found_by_ranges = cudie != nullptr;
+  } else {
+    cudie = dwfl_module_addrdie(mod, pc, bias);
+    if (cudie == nullptr) {
+      cudie = unit_by_ranges(mod, pc, bias);
+      *found_by_ranges = cudie != nullptr;
+    }
   }
   if (cudie != nullptr && !unit_has_pc(cudie, pc - *bias)) cudie = nullptr;
   return cudie;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "unwind/debug_cache.hpp"
+#include "unwind/partial_copy.hpp"
 #include "unwind/stack_capture.hpp"
 #include "unwind/symbolizer.hpp"
 #include "unwind/tests/test_util.hpp"
@@ -206,7 +207,8 @@ bool maps_hold(const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("debug cache: with none, a compressed debug file is inflated in memory, byte for byte", "[debug_cache]") {
+TEST_CASE("debug cache: with none, a compressed debug file is read through a copy in memory; made whole, byte for byte",
+          "[debug_cache]") {
   const std::string file = library_debug_file();
   const std::vector<unsigned char> id = build_id_of(file);
   REQUIRE_FALSE(id.empty());
@@ -229,6 +231,20 @@ TEST_CASE("debug cache: with none, a compressed debug file is inflated in memory
   REQUIRE(readlink(link, target, sizeof target - 1) > 0);
   CHECK(std::string(target).find("memfd:memtrace-debug") != std::string::npos);  // "/memfd:... (deleted)"
   CHECK_FALSE(sections_of(link).first);
+
+  // A symbolizer maps it, answering as it does from the file or the cache; this library's
+  // one unit is more than half its DWARF, so answering makes the copy whole.
+  const uintptr_t pc = address_in_gz_library();
+  REQUIRE(pc != 0);
+  Symbolizer sym;
+  const auto& f = sym.frames(pc);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].function == "symtest_gz_call");
+  CHECK(f[0].line == symtest_gz_line());
+  CHECK(maps_hold("memfd:memtrace-debug"));
+  const auto copy = memtrace::unwind::detail::PartialCopy::find(id.data(), static_cast<int>(id.size()), file);
+  REQUIRE(copy != nullptr);
+  CHECK(copy->whole());
   const auto have = inflated_sections(got);
   close(got);
   REQUIRE(have.size() == want.size());
@@ -238,17 +254,37 @@ TEST_CASE("debug cache: with none, a compressed debug file is inflated in memory
     CHECK(have[i].second == want[i].second);
   }
   CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
-
-  // And a symbolizer maps it, answering as it does from the file or the cache.
-  const uintptr_t pc = address_in_gz_library();
-  REQUIRE(pc != 0);
-  Symbolizer sym;
-  const auto& f = sym.frames(pc);
-  REQUIRE(f.size() == 1);
-  CHECK(f[0].function == "symtest_gz_call");
-  CHECK(f[0].line == symtest_gz_line());
-  CHECK(maps_hold("memfd:memtrace-debug"));
 }
+
+namespace {
+
+// A copy of the test library's debug file at `to` with the middle of section's compressed
+// payload zeroed: it no longer inflates to its size.
+void write_damaged(const std::string& file, const std::string& to, const std::string& section) {
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  elf_version(EV_CURRENT);
+  const int fd = open(file.c_str(), O_RDONLY);
+  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+  size_t names = 0;
+  elf_getshdrstrndx(elf, &names);
+  bool found = false;
+  for (Elf_Scn* s = elf_nextscn(elf, nullptr); s != nullptr; s = elf_nextscn(elf, s)) {
+    GElf_Shdr sh;
+    gelf_getshdr(s, &sh);
+    if (std::string(elf_strptr(elf, names, sh.sh_name)) != section) continue;
+    REQUIRE((sh.sh_flags & SHF_COMPRESSED) != 0);
+    REQUIRE(sh.sh_size > 64);
+    for (size_t i = sh.sh_size / 2; i < sh.sh_size / 2 + 16; ++i) bytes[sh.sh_offset + i] = '\0';
+    found = true;
+  }
+  elf_end(elf);
+  close(fd);
+  REQUIRE(found);
+  std::ofstream(to, std::ios::binary) << bytes;
+}
+
+}  // namespace
 
 TEST_CASE("debug cache: a compressed section that does not inflate costs one warning; the file is read as it is",
           "[debug_cache]") {
@@ -256,30 +292,7 @@ TEST_CASE("debug cache: a compressed section that does not inflate costs one war
   const std::vector<unsigned char> id = build_id_of(file);
   TempDir dir;
   const std::string bad = dir.path + "/broken.debug";
-  {
-    std::ifstream in(file, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // Zero the middle of .debug_info's compressed payload: it no longer inflates to its size.
-    elf_version(EV_CURRENT);
-    const int fd = open(file.c_str(), O_RDONLY);
-    Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
-    size_t names = 0;
-    elf_getshdrstrndx(elf, &names);
-    bool found = false;
-    for (Elf_Scn* s = elf_nextscn(elf, nullptr); s != nullptr; s = elf_nextscn(elf, s)) {
-      GElf_Shdr sh;
-      gelf_getshdr(s, &sh);
-      if (std::string(elf_strptr(elf, names, sh.sh_name)) != ".debug_info") continue;
-      REQUIRE((sh.sh_flags & SHF_COMPRESSED) != 0);
-      REQUIRE(sh.sh_size > 64);
-      for (size_t i = sh.sh_size / 2; i < sh.sh_size / 2 + 16; ++i) bytes[sh.sh_offset + i] = '\0';
-      found = true;
-    }
-    elf_end(elf);
-    close(fd);
-    REQUIRE(found);
-    std::ofstream(bad, std::ios::binary) << bytes;
-  }
+  write_damaged(file, bad, ".debug_str");  // inflated when any copy is made
   memtrace::unwind::set_debug_cache_dir("");
   memtrace::unwind::take_debug_cache_warnings();
   const int fd = open(bad.c_str(), O_RDONLY | O_CLOEXEC);
@@ -292,4 +305,120 @@ TEST_CASE("debug cache: a compressed section that does not inflate costs one war
   REQUIRE(warned.size() == 1);
   CHECK(warned[0].find(bad) != std::string::npos);
   CHECK(warned[0].find("read as it is") != std::string::npos);
+}
+
+namespace {
+
+std::string big_library_debug_file() {
+  Dl_info info{};
+  dladdr(reinterpret_cast<void*>(&symtest_gz_first), &info);
+  return std::string(info.dli_fname) + ".debug";
+}
+
+// A return address into libunwind_symtest_gz_big.so from call's callback.
+uintptr_t address_in_big_library(int (*call)(symtest::Callback, void*)) {
+  Symbolizer sym;
+  for (uintptr_t pc : unwind_test::capture_via(call))
+    if (unwind_test::base_name(sym.module_of(pc - 1)) == "libunwind_symtest_gz_big.so") return pc;
+  return 0;
+}
+
+// pc as an address in the library file's own terms (its DWARF's).
+uint64_t file_address(uintptr_t pc) {
+  Dl_info info{};
+  dladdr(reinterpret_cast<void*>(pc), &info);
+  return pc - reinterpret_cast<uintptr_t>(info.dli_fbase);
+}
+
+void check_one_frame(Symbolizer& sym, uintptr_t pc, const char* function, int line) {
+  const auto& f = sym.frames(pc);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].function == function);
+  CHECK(f[0].line == line);
+}
+
+}  // namespace
+
+TEST_CASE("debug cache: a partial copy inflates as far as the units asked; past half, it is whole and kept",
+          "[debug_cache]") {
+  const std::string file = big_library_debug_file();
+  const std::vector<unsigned char> id = build_id_of(file);
+  REQUIRE(sections_of(file).first);
+  const uintptr_t first = address_in_big_library(symtest_gz_first);
+  const uintptr_t last = address_in_big_library(symtest_gz_last);
+  REQUIRE(first != 0);
+  REQUIRE(last != 0);
+  TempDir dir;
+  memtrace::unwind::set_debug_cache_dir(dir.path);
+  memtrace::unwind::take_debug_cache_warnings();
+  {
+    Symbolizer sym;
+    check_one_frame(sym, first, "symtest_gz_first", symtest_gz_first_line());
+  }
+  const auto copy = memtrace::unwind::detail::PartialCopy::find(id.data(), static_cast<int>(id.size()), file);
+  REQUIRE(copy != nullptr);
+  CHECK_FALSE(copy->whole());
+  INFO("inflated " << copy->inflated_bytes() << " of " << copy->lazy_bytes());
+  CHECK(copy->inflated_bytes() < copy->lazy_bytes() / 2);
+  CHECK(files_in(dir.path).empty());  // nothing kept: the next program pays as little
+
+  // The unit at the end: the rest is inflated, and the whole copy kept for the next program.
+  {
+    Symbolizer sym;
+    check_one_frame(sym, last, "symtest_gz_last", symtest_gz_last_line());
+    check_one_frame(sym, first, "symtest_gz_first", symtest_gz_first_line());
+  }
+  CHECK(copy->whole());
+  CHECK(copy->inflated_bytes() == copy->lazy_bytes());
+  const auto made = files_in(dir.path);
+  REQUIRE(made.size() == 1);
+  const int want_fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  const int have_fd = open(made[0].c_str(), O_RDONLY | O_CLOEXEC);
+  const auto want = inflated_sections(want_fd);
+  const auto have = inflated_sections(have_fd);
+  close(want_fd);
+  close(have_fd);
+  REQUIRE(have.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(have[i].first == want[i].first);
+    CHECK(have[i].second == want[i].second);
+  }
+  CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
+  {
+    Symbolizer sym;  // the kept copy now
+    check_one_frame(sym, last, "symtest_gz_last", symtest_gz_last_line());
+  }
+}
+
+TEST_CASE("debug cache: a unit whose bytes do not inflate costs one warning; the units before it still answer",
+          "[debug_cache]") {
+  const std::string file = big_library_debug_file();
+  const std::vector<unsigned char> id = build_id_of(file);
+  TempDir dir;
+  const std::string bad = dir.path + "/broken-big.debug";
+  write_damaged(file, bad, ".debug_info");
+  memtrace::unwind::set_debug_cache_dir("");
+  memtrace::unwind::take_debug_cache_warnings();
+  const int fd = open(bad.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  char* path = strdup(bad.c_str());
+  const int got = memtrace::unwind::detail::debug_file_or_copy(fd, bad.c_str(), id.data(), static_cast<int>(id.size()), &path);
+  std::free(path);
+  CHECK(got != fd);  // .debug_info is inflated only when a unit is asked: nothing failed yet
+  CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
+  const auto copy = memtrace::unwind::detail::PartialCopy::find(id.data(), static_cast<int>(id.size()), bad);
+  REQUIRE(copy != nullptr);
+  uint64_t first_unit = 0, last_unit = 0;
+  REQUIRE(copy->unit_of(file_address(address_in_big_library(symtest_gz_first)) - 1, &first_unit));
+  REQUIRE(copy->unit_of(file_address(address_in_big_library(symtest_gz_last)) - 1, &last_unit));
+  REQUIRE(first_unit < last_unit);
+  CHECK(copy->prepare_unit(first_unit));  // before the damage
+  CHECK_FALSE(copy->prepare_unit(last_unit));
+  CHECK_FALSE(copy->prepare_unit(last_unit));
+  const auto warned = memtrace::unwind::take_debug_cache_warnings();
+  REQUIRE(warned.size() == 1);
+  CHECK(warned[0].find(bad) != std::string::npos);
+  CHECK(warned[0].find(".debug_info") != std::string::npos);
+  close(got);
 }

@@ -34,3 +34,8 @@ extern "C" SYMTEST_API int symtest_debuglink_line();  // line of the cb call
 // From the library whose separate DWARF file is compressed (read through the debug cache).
 extern "C" SYMTEST_API int symtest_gz_call(symtest::Callback cb, void* arg);
 extern "C" SYMTEST_API int symtest_gz_line();  // line of the cb call
+// libunwind_symtest_gz_big.so: the same split, with much DWARF between its first unit and its last.
+extern "C" SYMTEST_API int symtest_gz_first(symtest::Callback cb, void* arg);
+extern "C" SYMTEST_API int symtest_gz_first_line();
+extern "C" SYMTEST_API int symtest_gz_last(symtest::Callback cb, void* arg);
+extern "C" SYMTEST_API int symtest_gz_last_line();
