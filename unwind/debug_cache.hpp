@@ -1,10 +1,10 @@
-// Inflated copies of separate debug files whose DWARF sections are compressed (Debian's
-// libc6-dbg, objcopy --compress-debug-sections). libdw inflates every compressed debug section of
-// a file when it opens it, whatever few addresses are asked, with zlib (libc's: 10 MB, 30-80 ms
-// on this project's machines). It is handed a copy with the sections stored inflated instead,
-// made with libdeflate: kept in a folder by build id when there is one, and then mapped by every
-// later symbolizer in any process for only the pages read; else in memory, for one symbolizer
-// (docs/symbolization.md).
+// Copies of separate debug files whose DWARF sections are compressed (Debian's libc6-dbg,
+// objcopy --compress-debug-sections). libdw inflates every compressed debug section of a file
+// when it opens it, whatever few addresses are asked, with zlib (libc's: 10 MB, 30-80 ms on this
+// project's machines). It is handed a copy with the sections stored inflated instead: a partial
+// copy in memory, inflated only as far as the units asked need (unwind/partial_copy.hpp), or a
+// whole copy made with libdeflate, kept in a folder by build id when there is one and then mapped
+// by every later symbolizer in any process for only the pages read (docs/symbolization.md).
 #pragma once
 #include <string>
 #include <vector>
@@ -34,10 +34,11 @@ namespace detail {
 // the file it found open inside the module whatever the callback returns.)
 int open_by_build_id(const unsigned char* id, int id_len, char** path);
 // fd is an open debug file at path, whose build id is id[0..id_len). When its debug sections are
-// compressed: an fd for an inflated copy, fd then closed. With a cache folder, the cache's copy
-// (made now if missing), its path in *copy_path (malloc'd, for libdwfl); else, or when the folder
-// cannot take it, a memory file (*copy_path unchanged). fd itself when the file is not compressed
-// or does not inflate (one warning).
+// compressed: an fd for an inflated copy, fd then closed. With a cache folder holding the copy,
+// that copy, its path in *copy_path (malloc'd, for libdwfl); else this process's partial copy (a
+// memory file; *copy_path unchanged). A file no partial copy can serve gets the whole copy: in
+// the cache (made now), else, or when the folder cannot take it, in a memory file. fd itself when
+// the file is not compressed or does not inflate (one warning).
 int debug_file_or_copy(int fd, const char* path, const unsigned char* id, int id_len, char** copy_path);
 }  // namespace detail
 
