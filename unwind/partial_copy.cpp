@@ -4,6 +4,7 @@
 #include "unwind/partial_copy.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/mman.h>
@@ -33,14 +34,23 @@ int lazy_index(const char* name) {
 }
 
 // Every copy this process made, by build id and path. Never destroyed: a dump at exit may still
-// be reading one.
-std::mutex& registry_mutex() {
-  static auto* m = new std::mutex;
-  return *m;
-}
-std::map<std::string, std::shared_ptr<PartialCopy>>& registry() {
-  static auto* r = new std::map<std::string, std::shared_ptr<PartialCopy>>;
-  return *r;
+// be reading one. A forked child starts with none: a thread of the parent may have held a lock
+// or been part way through inflating at the fork, and only the forking thread exists in the
+// child (the old ones are left, unused: the child's symbolizers are new, unwind/symbolizer_reuse.hpp).
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<PartialCopy>> copies;
+};
+std::atomic<Registry*> g_registry{nullptr};
+
+Registry& registry() {
+  static const bool once = [] {
+    g_registry.store(new Registry, std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, [] { g_registry.store(new Registry, std::memory_order_release); });
+    return true;
+  }();
+  (void)once;
+  return *g_registry.load(std::memory_order_acquire);
 }
 
 uint64_t read_le(const unsigned char* p, int n) {
@@ -73,17 +83,19 @@ PartialCopy::~PartialCopy() {
 }
 
 std::shared_ptr<PartialCopy> PartialCopy::find(const std::string& id, const std::string& path) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  auto it = registry().find(id + '\0' + path);
-  return it != registry().end() ? it->second : nullptr;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.copies.find(id + '\0' + path);
+  return it != r.copies.end() ? it->second : nullptr;
 }
 
 std::shared_ptr<PartialCopy> PartialCopy::open(int fd, const std::string& path, const std::string& id, Hooks hooks,
                                                std::string* err) {
   err->clear();
-  std::lock_guard<std::mutex> lock(registry_mutex());
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
   const std::string key = id + '\0' + path;
-  if (auto it = registry().find(key); it != registry().end()) return it->second;
+  if (auto it = r.copies.find(key); it != r.copies.end()) return it->second;
   std::shared_ptr<PartialCopy> p(new PartialCopy);
   p->path_ = path;
   p->hooks_ = std::move(hooks);
@@ -182,7 +194,7 @@ std::shared_ptr<PartialCopy> PartialCopy::open(int fd, const std::string& path, 
   elf_end(copy);
   std::sort(p->aranges_.begin(), p->aranges_.end(), [](const Range& x, const Range& y) { return x.low < y.low; });
   if (p->aranges_.empty()) return nullptr;  // libdw would find no unit by address either
-  registry()[key] = p;
+  r.copies[key] = p;
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <elfutils/libdwelf.h>
@@ -421,4 +422,33 @@ TEST_CASE("debug cache: a unit whose bytes do not inflate costs one warning; the
   CHECK(warned[0].find(bad) != std::string::npos);
   CHECK(warned[0].find(".debug_info") != std::string::npos);
   close(got);
+}
+
+TEST_CASE("debug cache: a forked child starts with no partial copies and makes its own", "[debug_cache]") {
+  const std::string file = big_library_debug_file();
+  const std::vector<unsigned char> id = build_id_of(file);
+  const uintptr_t first = address_in_big_library(symtest_gz_first);
+  REQUIRE(first != 0);
+  memtrace::unwind::set_debug_cache_dir("");
+  {
+    Symbolizer sym;
+    check_one_frame(sym, first, "symtest_gz_first", symtest_gz_first_line());
+  }
+  using memtrace::unwind::detail::PartialCopy;
+  REQUIRE(PartialCopy::find(id.data(), static_cast<int>(id.size()), file) != nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The parent's copy (whose locks another thread may have held at the fork) is not used here.
+    int bad = PartialCopy::find(id.data(), static_cast<int>(id.size()), file) != nullptr ? 1 : 0;
+    Symbolizer sym;
+    const auto& f = sym.frames(first);
+    if (f.size() != 1 || f[0].function != "symtest_gz_first" || f[0].line != symtest_gz_first_line()) bad |= 2;
+    if (PartialCopy::find(id.data(), static_cast<int>(id.size()), file) == nullptr) bad |= 4;
+    _exit(bad);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
