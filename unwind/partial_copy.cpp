@@ -89,6 +89,12 @@ std::shared_ptr<PartialCopy> PartialCopy::find(const std::string& id, const std:
   return it != r.copies.end() ? it->second : nullptr;
 }
 
+void PartialCopy::forget_all() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.copies.clear();
+}
+
 std::shared_ptr<PartialCopy> PartialCopy::open(int fd, const std::string& path, const std::string& id, Hooks hooks,
                                                std::string* err) {
   err->clear();

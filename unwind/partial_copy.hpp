@@ -36,6 +36,9 @@ class PartialCopy {
                                            std::string* err);
   // This process's copy of the debug file with this build id and path, or null.
   static std::shared_ptr<PartialCopy> find(const std::string& id, const std::string& path);
+  // Forgets this process's copies, for tests that need a first one: the next open makes new ones
+  // (copies in use stay alive for their users).
+  static void forget_all();
   static std::shared_ptr<PartialCopy> find(const unsigned char* id, int id_len, const std::string& path) {
     return find(std::string(reinterpret_cast<const char*>(id), id_len > 0 ? static_cast<size_t>(id_len) : 0), path);
   }

@@ -452,3 +452,37 @@ TEST_CASE("debug cache: a forked child starts with no partial copies and makes i
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("debug cache: prepare()'s threads read a partial copy that the routing thread inflates", "[debug_cache]") {
+  using memtrace::unwind::detail::PartialCopy;
+  const uintptr_t first = address_in_big_library(symtest_gz_first);
+  const uintptr_t last = address_in_big_library(symtest_gz_last);
+  const uintptr_t gz = address_in_gz_library();
+  REQUIRE(first != 0);
+  REQUIRE(last != 0);
+  REQUIRE(gz != 0);
+  memtrace::unwind::set_debug_cache_dir("");
+  memtrace::unwind::take_debug_cache_warnings();
+  PartialCopy::forget_all();  // both libraries' copies made anew, by this prepare()
+  std::vector<uintptr_t> addresses = {first, gz, last};
+  for (uintptr_t pc : unwind_test::capture_via(symtest_gz_last)) addresses.push_back(pc);
+  for (uintptr_t pc : unwind_test::capture_via(symtest_gz_first)) addresses.push_back(pc);
+  Symbolizer sym;
+  sym.prepare(addresses, 4);
+  check_one_frame(sym, first, "symtest_gz_first", symtest_gz_first_line());
+  check_one_frame(sym, last, "symtest_gz_last", symtest_gz_last_line());
+  check_one_frame(sym, gz, "symtest_gz_call", symtest_gz_line());
+  // And each address as a symbolizer of its own answers it, one at a time.
+  Symbolizer alone;
+  for (uintptr_t pc : addresses) {
+    const auto& a = sym.frames(pc);
+    const auto& b = alone.frames(pc);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].function == b[i].function);
+      CHECK(a[i].file == b[i].file);
+      CHECK(a[i].line == b[i].line);
+    }
+  }
+  CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
+}
