@@ -199,6 +199,16 @@ std::vector<unsigned char> build_id_of(const std::string& path) {
   return id;
 }
 
+void check_same_sections(const std::vector<std::pair<std::string, std::string>>& have,
+                         const std::vector<std::pair<std::string, std::string>>& want) {
+  REQUIRE(have.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(have[i].first == want[i].first);
+    CHECK(have[i].second == want[i].second);
+  }
+}
+
 bool maps_hold(const std::string& what) {
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);)
@@ -248,12 +258,7 @@ TEST_CASE("debug cache: with none, a compressed debug file is read through a cop
   CHECK(copy->whole());
   const auto have = inflated_sections(got);
   close(got);
-  REQUIRE(have.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO(want[i].first);
-    CHECK(have[i].first == want[i].first);
-    CHECK(have[i].second == want[i].second);
-  }
+  check_same_sections(have, want);
   CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
 }
 
@@ -379,12 +384,7 @@ TEST_CASE("debug cache: a partial copy inflates as far as the units asked; past 
   const auto have = inflated_sections(have_fd);
   close(want_fd);
   close(have_fd);
-  REQUIRE(have.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO(want[i].first);
-    CHECK(have[i].first == want[i].first);
-    CHECK(have[i].second == want[i].second);
-  }
+  check_same_sections(have, want);
   CHECK(memtrace::unwind::take_debug_cache_warnings().empty());
   {
     Symbolizer sym;  // the kept copy now
