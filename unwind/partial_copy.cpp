@@ -67,6 +67,7 @@ struct PartialCopy::Section {
   Compressed payload;
   z_stream z{};
   bool started = false, done = false, failed = false;
+  uint64_t fed = 0;  // compressed bytes handed to zlib so far
   std::atomic<uint64_t> ready{0};  // bytes [0, ready) are inflated
   ~Section() {
     if (started) inflateEnd(&z);
@@ -240,17 +241,15 @@ bool PartialCopy::inflate_locked(Lazy which, uint64_t end) {
   if (s.failed) return false;
   uint64_t ready = s.ready.load(std::memory_order_relaxed);
   if (ready >= end || s.done) return ready >= end;
+  // Far into the section, libdeflate's one call for all of it beats zlib's streaming there.
+  if (end > s.size / 4) return inflate_rest_locked(which);
   if (!s.started) {
-    s.z.next_in = const_cast<Bytef*>(s.payload.in);
-    s.z.avail_in = static_cast<uInt>(s.payload.in_size);
-    if (s.payload.in_size > UINT32_MAX || inflateInit(&s.z) != Z_OK) {
+    if (inflateInit(&s.z) != Z_OK) {
       s.failed = true;
     } else {
       s.started = true;
     }
   }
-  // Far into the section, libdeflate's one call for all of it beats zlib's streaming there.
-  if (end > s.size / 4) return inflate_rest_locked(which);
   const uint64_t target = std::min(s.size, std::max(end, ready + kStep));
   const uint64_t used_before = s.started ? s.z.total_in : 0;
   // Inflated aside and written into the memory file: its pages cost far less taken by a write
@@ -258,6 +257,12 @@ bool PartialCopy::inflate_locked(Lazy which, uint64_t end) {
   if (s.started && chunk_ == nullptr) chunk_.reset(new (std::nothrow) unsigned char[kStep]);
   if (chunk_ == nullptr) s.failed = true;
   while (!s.failed && ready < target) {
+    if (s.z.avail_in == 0 && s.fed < s.payload.in_size) {
+      // zlib counts its input in 32 bits: a section past 4 GiB compressed is fed in parts.
+      s.z.next_in = const_cast<Bytef*>(s.payload.in + s.fed);
+      s.z.avail_in = static_cast<uInt>(std::min<uint64_t>(s.payload.in_size - s.fed, uint64_t{1} << 30));
+      s.fed += s.z.avail_in;
+    }
     s.z.next_out = chunk_.get();
     s.z.avail_out = static_cast<uInt>(std::min<uint64_t>(target - ready, kStep));
     const int r = inflate(&s.z, Z_SYNC_FLUSH);
@@ -269,7 +274,7 @@ bool PartialCopy::inflate_locked(Lazy which, uint64_t end) {
       s.failed |= ready != s.size;
       break;
     }
-    if (r != Z_OK && !(r == Z_BUF_ERROR && s.z.avail_in > 0)) s.failed = true;
+    if (r != Z_OK && !(r == Z_BUF_ERROR && (s.z.avail_in > 0 || s.fed < s.payload.in_size))) s.failed = true;
   }
   if (s.started) compressed_used_ += s.z.total_in - used_before;
   if (s.failed) {
