@@ -59,6 +59,25 @@ uint64_t read_le(const unsigned char* p, int n) {
   return v;
 }
 
+// A DWARF unit's initial length at p: the length, the size of that field (4, or 12 in 64-bit
+// DWARF) and of the unit's offsets.
+struct Length {
+  uint64_t len, hdr;
+  int off_size;
+};
+Length initial_length(const unsigned char* p) {
+  const uint64_t len = read_le(p, 4);
+  if (len == 0xffffffff) return {read_le(p + 4, 8), 12, 8};
+  return {len, 4, 4};
+}
+
+// The .debug_abbrev offset in the unit header at p (DWARF 5 puts the unit type and address size
+// before it).
+uint64_t abbrev_offset(const unsigned char* p, const Length& l) {
+  const uint64_t version = read_le(p + l.hdr, 2);
+  return read_le(p + l.hdr + (version >= 5 ? 4 : 2), l.off_size);
+}
+
 }  // namespace
 
 struct PartialCopy::Section {
@@ -169,15 +188,11 @@ std::shared_ptr<PartialCopy> PartialCopy::open(int fd, const std::string& path, 
     const unsigned char* a = p->map_ + sh.sh_offset;
     const unsigned char* end = a + sh.sh_size;
     while (end - a >= 4) {
-      uint64_t len = read_le(a, 4);
-      int hdr = 4, off_size = 4;
-      if (len == 0xffffffff) {
-        if (end - a < 12) break;
-        len = read_le(a + 4, 8);
-        hdr = 12;
-        off_size = 8;
-      }
-      if (len > static_cast<uint64_t>(end - a - hdr)) break;
+      if (read_le(a, 4) == 0xffffffff && end - a < 12) break;
+      const Length l = initial_length(a);
+      const uint64_t len = l.len, hdr = l.hdr;
+      const int off_size = l.off_size;
+      if (len > static_cast<uint64_t>(end - a) - hdr) break;
       const unsigned char* set_end = a + hdr + len;
       const unsigned char* q = a + hdr + 2;
       if (set_end - q < off_size + 2) break;
@@ -377,29 +392,19 @@ bool PartialCopy::prepare_unit(uint64_t cu_offset) {
   // Straight to the unit and its abbreviations first: when they lie far into their sections,
   // each is inflated whole at once rather than streamed there unit by unit.
   if (cu_offset >= units_walked_ && ensure(kInfo, cu_offset + 24) && cu_offset + 24 <= info.size) {
-    const bool wide = read_le(base + cu_offset, 4) == 0xffffffff;
-    const uint64_t at = cu_offset + (wide ? 12 : 4);
-    const uint64_t version = read_le(base + at, 2);
-    ensure(kAbbrev, read_le(base + at + (version >= 5 ? 4 : 2), wide ? 8 : 4) + 1);
+    ensure(kAbbrev, abbrev_offset(base + cu_offset, initial_length(base + cu_offset)) + 1);
   }
   while (units_walked_ <= cu_offset) {
     const uint64_t at = units_walked_;
     if (!ensure(kInfo, at + 24) || at + 4 > info.size) return false;
-    uint64_t len = read_le(base + at, 4);
-    uint64_t hdr = 4, off_size = 4;
-    if (len == 0xffffffff) {
-      len = read_le(base + at + 4, 8);
-      hdr = 12;
-      off_size = 8;
-    } else if (len >= 0xfffffff0) {
-      return false;
-    }
-    const uint64_t end = at + hdr + len;
-    if (len < 2 + off_size + 1 || end > info.size || at + hdr + 4 + off_size > info.size) return false;
-    const uint64_t version = read_le(base + at + hdr, 2);
+    const Length l = initial_length(base + at);
+    if (l.hdr == 4 && l.len >= 0xfffffff0) return false;  // a reserved length
+    const uint64_t end = at + l.hdr + l.len;
+    const uint64_t off_size = static_cast<uint64_t>(l.off_size);
+    if (l.len < 2 + off_size + 1 || end > info.size || at + l.hdr + 4 + off_size > info.size) return false;
+    const uint64_t version = read_le(base + at + l.hdr, 2);
     if (version < 2 || version > 5) return false;
-    // DWARF 5 puts the unit type and address size before the abbreviations' offset.
-    const uint64_t abbrev = read_le(base + at + hdr + (version >= 5 ? 4 : 2), static_cast<int>(off_size));
+    const uint64_t abbrev = abbrev_offset(base + at, l);
     if (!ensure(kInfo, end)) return false;
     if (!std::binary_search(abbrevs_walked_.begin(), abbrevs_walked_.end(), abbrev)) {
       bool refers_out = false;
@@ -416,13 +421,8 @@ bool PartialCopy::prepare_lines(uint64_t stmt_list) {
   const Section& line = sections_[kLine];
   if (!line.present) return true;
   if (!ensure(kLine, stmt_list + 12) || stmt_list + 4 > line.size) return false;
-  const unsigned char* at = map_ + line.offset + stmt_list;
-  uint64_t len = read_le(at, 4), hdr = 4;
-  if (len == 0xffffffff) {
-    len = read_le(at + 4, 8);
-    hdr = 12;
-  }
-  return len <= line.size && ensure(kLine, stmt_list + hdr + len);
+  const Length l = initial_length(map_ + line.offset + stmt_list);
+  return l.len <= line.size && ensure(kLine, stmt_list + l.hdr + l.len);
 }
 
 }  // namespace memtrace::unwind::detail
