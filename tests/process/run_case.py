@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SKIP = 77
@@ -3398,10 +3399,21 @@ def case_state_snap(ctx):
         return bool(state_files(outdir))
 
     outdir, e = live_run_env(ctx)
-    p = subprocess.Popen([prog, "threads"], env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([prog, "threads"], env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, errors="replace")
+    # The state file is made before the threads start: a snapshot is asked for once one of them
+    # has said ALLOC (a drained pipe, so the threads never block on it).
+    allocated = threading.Event()
+
+    def drain():
+        for line in p.stdout:
+            if line.startswith("ALLOC"):
+                allocated.set()
+
+    threading.Thread(target=drain, daemon=True).start()
     try:
         check(started(p, outdir), "the program never made its state file")
+        check(allocated.wait(60), "the program's threads never allocated")
         seen = []
         for i in range(2):
             out = os.path.join(ctx.tmp, f"snap{i}.pickle")
