@@ -1,13 +1,12 @@
 // Decisions taken here, and why:
 //
 // * Consistent cut. The listener records each allocator action into the recorder as it happens,
-//   under the allocator's lock or, for a thread cache's hits and frees, that cache's: blocks as
-//   MemKind::Cached records of role Block (under the recorder's ring lock), segments as records
-//   of role Segment, changed under every shard lock at once (Recorder::cached_segments_change).
-//   copy_state() takes the same locks, so a snapshot sees the registry exactly after the last
-//   ring entry it holds, and the writer tiles each segment with the blocks inside it (gaps =
-//   'inactive'). Asking the allocator for segments() at dump time would need the allocators'
-//   locks inside the recorder's cut and a second truth to keep in step.
+//   under the allocator's lock: blocks as MemKind::Cached records of role Block (one shard lock,
+//   like any allocation), segments as records of role Segment, changed under every shard lock at
+//   once (Recorder::cached_segments_change). copy_state() takes the same locks, so a snapshot sees
+//   the registry exactly after the last ring entry it holds, and the writer tiles each segment with
+//   the blocks inside it (gaps = 'inactive'). Asking the allocator for segments() at dump time
+//   would need the allocators' locks inside the recorder's cut and a second truth to keep in step.
 //
 // * Expandable segments: the registry holds maximal contiguous mapped ranges (what PyTorch reports
 //   as segments). A map next to a range merges with it; an unmap inside one splits it; each change

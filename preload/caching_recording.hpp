@@ -1,6 +1,6 @@
 // The listener that writes one caching allocator's actions into the session's recorder, as they
-// happen, under the allocator's lock or a thread cache's (docs/caching-allocator.md, "Thread
-// caches"), and the per-thread facts about the request being served that it records them with.
+// happen, under the allocator's lock (docs/caching-allocator.md, "Listener and Backend"), and the
+// per-thread facts about the request being served that it records them with.
 #pragma once
 #include <cuda.h>
 
@@ -43,9 +43,7 @@ class RecordingListener : public caching::Listener {
   Session* s_;
   uint64_t ctx_;
   int device_;
-  // Segment and settle reports come only under the allocator's lock, never a thread cache's,
-  // so these two need no lock of their own; alloc and free_requested touch neither.
-  std::map<uint64_t, AllocRecord> segs_;
+  std::map<uint64_t, AllocRecord> segs_;  // under the allocator's lock (listener calls)
   uint64_t settled_ticks_ = 0;  // when the synchronize being reported returned (same lock)
 };
 

@@ -25,29 +25,8 @@ void CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
 void CachingAllocator::Impl::complete_free(Block* b, bool same_settle) {
   emit(Action::FreeCompleted, b->addr, b->requested, b->size, b->stream, same_settle);
   b->requested = 0;
-  if (reuse && b->home && b->seg->kind == PoolKind::Small) {
-    homing.push_back(b);  // send_home() takes each cache's lock once for the whole batch
-    return;
-  }
   if (reuse && reuse_keep(b)) return;
   put_free(b);
-}
-
-void CachingAllocator::Impl::send_home() {
-  size_t i = 0;
-  while (i < homing.size()) {
-    ThreadCache* tc = homing[i]->home;
-    size_t j = i;
-    {
-      SpinGuard g(tc->mu);
-      for (; j < homing.size() && homing[j]->home == tc; ++j)
-        if (!tc->bins.keep(homing[j])) unhomed.push_back(homing[j]);
-    }
-    i = j;
-  }
-  homing.clear();
-  for (Block* b : unhomed) put_free(b);
-  unhomed.clear();
 }
 
 void CachingAllocator::Impl::put_free(Block* b) {
@@ -67,7 +46,6 @@ void CachingAllocator::Impl::put_free(Block* b) {
 void CachingAllocator::Impl::flush_pending(std::unique_lock<SleepingLock>& lk) {
   if (flushing) {
     flush_done.wait(lk, [&] { return !flushing; });
-    absorb();  // the thread caches went on meanwhile
     return;
   }
   if (pending.empty()) return;
@@ -77,12 +55,10 @@ void CachingAllocator::Impl::flush_pending(std::unique_lock<SleepingLock>& lk) {
   lk.unlock();
   backend.synchronize();
   lk.lock();
-  absorb();  // the thread caches went on meanwhile: their frees join the next batch
   for (Block* b : in_flight) {
     st.pending_free -= b->size;
     complete_free(b, b != in_flight.front());
   }
-  send_home();
   in_flight.clear();
   flushing = false;
   flush_done.notify_all();
@@ -93,21 +69,18 @@ void CachingAllocator::Impl::complete_pending() {
     st.pending_free -= b->size;
     complete_free(b, b != pending.front());
   }
-  send_home();
   pending.clear();
 }
 
 bool CachingAllocator::Impl::free(uintptr_t ptr, std::unique_lock<SleepingLock>& lk) {
   Block* b = nullptr;
-  if (!take_live(ptr, &b)) return false;
-  b->home = own_cache();  // it settles into the bins of the cache that freed it
+  if (!live.take(ptr, &b)) return false;
   st.allocated -= b->size;
   st.requested -= b->requested;
   ++st.num_frees;
   emit(Action::FreeRequested, b->addr, b->requested, b->size, b->stream);
   if (!conf.deferred_free) {
     complete_free(b);
-    send_home();
     return true;
   }
   b->state = State::Pending;
@@ -117,9 +90,12 @@ bool CachingAllocator::Impl::free(uintptr_t ptr, std::unique_lock<SleepingLock>&
   return true;
 }
 
+bool CachingAllocator::free(uintptr_t ptr) {
+  std::unique_lock<SleepingLock> lk(impl_->mu);
+  return impl_->free(ptr, lk);
+}
 void CachingAllocator::flush_pending_frees() {
   std::unique_lock<SleepingLock> lk(impl_->mu);
-  impl_->absorb();
   impl_->flush_pending(lk);  // waits for a flush under way, if any
   impl_->flush_pending(lk);  // then settles what is pending now
 }

@@ -3,7 +3,6 @@
 //   allocator_malloc.cpp     malloc: rounding, best fit, splitting, new segments, out of memory
 //   allocator_free.cpp       free: coalescing, the deferred-free batch and its flush
 //   allocator_reuse.cpp      reuse bins: settled small blocks handed out again at their size
-//   allocator_thread_cache.cpp thread caches: a thread's hits and frees under its own lock
 //   allocator_release.cpp    giving segments back: release and retry, garbage collection, empty_cache
 //   allocator_expandable.cpp expandable segments and the remap policy: reserve, map, unmap
 //   allocator_inspect.cpp    block_of, owns, segment views, stats and check_invariants
@@ -14,10 +13,8 @@
 // (stream, size, address) for best fit; unmapped pieces of reservations in a set ordered by
 // (stream, address); blocks held by callers in a hash map by address; freed blocks waiting for a
 // synchronize in a vector; settled small blocks kept whole for their next request of that size in
-// a few reuse bins (allocator_reuse.cpp), shared or one set per thread cache
-// (allocator_thread_cache.cpp).
+// a few reuse bins (allocator_reuse.cpp).
 #pragma once
-#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -49,25 +46,9 @@ inline size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 // request of exactly its size.
 enum class State : uint8_t { Free, Allocated, Pending, Binned };
 
-// A thread cache changes its blocks' states under its own lock, while a merge under the
-// allocator's lock may read a neighbour's. The states a thread cache moves between are never
-// Free, so the merge's answer does not depend on the race; relaxed atomics make it a defined one.
-class BlockState {
- public:
-  BlockState(State s = State::Free) : v_(s) {}
-  BlockState(const BlockState& o) : v_(o.get()) {}
-  BlockState& operator=(const BlockState& o) { v_.store(o.get(), std::memory_order_relaxed); return *this; }
-  BlockState& operator=(State s) { v_.store(s, std::memory_order_relaxed); return *this; }
-  operator State() const { return get(); }
-  State get() const { return v_.load(std::memory_order_relaxed); }
- private:
-  std::atomic<State> v_;
-};
-
 struct Segment;
-struct ThreadCache;
 
-struct alignas(64) Block {  // a line of its own: two threads' blocks side by side would share one
+struct Block {
   uintptr_t addr = 0;
   size_t size = 0;
   size_t requested = 0;
@@ -76,10 +57,7 @@ struct alignas(64) Block {  // a line of its own: two threads' blocks side by si
   Block* prev = nullptr;
   Block* next = nullptr;
   uint64_t gc_base = 0;  // the pool's search count when it last became free (its age's origin)
-  // The thread cache whose live map holds it while allocated, whose pending list or the shared
-  // batch holds it while pending, and whose bins take it when it settles; null: the shared ones.
-  ThreadCache* home = nullptr;
-  BlockState state = State::Free;
+  State state = State::Free;
   bool mapped = true;
 };
 
@@ -123,37 +101,6 @@ struct ReuseBin {
   std::vector<Block*> blocks;
 };
 
-// A set of reuse bins (allocator_reuse.cpp): the shared one, or a thread cache's.
-struct ReuseBins {
-  ReuseBin bins[kReuseBins];
-  size_t count = 0;  // blocks in all bins, so that a miss with none binned costs nothing
-  // A binned block of exactly this size and stream, taken out of its bin; null if none.
-  Block* take(size_t rounded, uintptr_t stream);
-  // Keeps settled small block `b` whole in the bin of its size; false when all bins hold other
-  // sizes (the caller merges it as usual).
-  bool keep(Block* b);
-  bool holds(const Block* b) const;
-  size_t largest() const;
-};
-
-// One thread's share of the allocator (docs/caching-allocator.md, "Thread caches"): blocks it
-// may hand out, hold and take back under its own lock, and its changes to the statistics since
-// the allocator's lock last folded them in. Threads are spread over kThreadCaches of them; two
-// threads on one cache share its lock.
-struct alignas(64) ThreadCache {
-  SpinLock mu;
-  ReuseBins bins;         // settled blocks freed through this cache
-  AddrMap<Block*> live;   // blocks handed out through this cache
-  std::vector<Block*> pending;  // freed through it, not yet in the shared batch
-  // Changes since the last fold (Impl::absorb).
-  int64_t allocated = 0, requested = 0, pending_free = 0;
-  uint64_t mallocs = 0, frees = 0, hits = 0;
-  // How far `allocated` may rise before a hit must go through the allocator's lock: the sum over
-  // all caches never exceeds what the peaks allow, so the peaks stay exact.
-  int64_t budget = 0;
-};
-constexpr unsigned kThreadCaches = 16;
-
 // One malloc's numbers.
 struct Request {
   size_t size;        // as asked
@@ -176,9 +123,6 @@ using detail::kSmallSize;
 using detail::Pool;
 using detail::Request;
 using detail::ReuseBin;
-using detail::ReuseBins;
-using detail::ThreadCache;
-using detail::kThreadCaches;
 using detail::round_up;
 using detail::Segment;
 using detail::State;
@@ -201,15 +145,11 @@ struct CachingAllocator::Impl {
   std::condition_variable_any flush_done;
   std::vector<FreeSet::node_type> spare_nodes;  // set nodes kept for reuse: no heap traffic on hits
   std::vector<Block*> block_cache;
-  // Reuse bins: on with deferred frees in plain segments (set by the constructor).
+  // Reuse bins: on with deferred frees in plain segments (set by the constructor). `binned` counts
+  // the blocks in all bins, so that a miss with none binned costs nothing.
   bool reuse = false;
-  ReuseBins bins;
-  // Thread caches: with the reuse bins, unless a free-batch size needs one running total of
-  // pending bytes. Made on a thread's first use of its slot, under the lock; freed with the
-  // allocator.
-  bool thread_caches = false;
-  std::atomic<ThreadCache*> caches[kThreadCaches] = {};
-  std::vector<Block*> homing, unhomed;  // settled blocks on their way to their caches' bins
+  ReuseBin bins[kReuseBins];
+  size_t binned = 0;
 
   size_t device_total = 0;
   bool limit_set = false;
@@ -297,44 +237,16 @@ struct CachingAllocator::Impl {
 
   // ---- allocator_reuse.cpp: docs/caching-allocator.md, "Reuse bins" ----
 
-  // A binned block of exactly the request's size and stream, from the caller's thread cache or
-  // the shared bins; null if none.
+  // A binned block of exactly the request's size and stream, taken out of its bin; null if none.
   Block* reuse_take(const Request& r);
-  // Keeps settled block `b` whole in its home's bins (the shared ones without a home); false
-  // when it is not a small block or those bins hold other sizes (the caller merges it as usual).
+  // Keeps settled block `b` whole in the bin of its size; false when it is not a small block or
+  // all bins hold other sizes (the caller merges it as usual).
   bool reuse_keep(Block* b);
-  // Every binned block, the thread caches' included, merged with its free neighbours and put
-  // back into its pool's free set.
+  // Every binned block merged with its free neighbours and put back into its pool's free set.
   void reuse_drain();
-  // A binned block of exactly the request's size from another thread's cache; null if none.
-  Block* reuse_steal(const Request& r);
-  bool any_binned();
   // The cached block for `r`: a binned one of its size, else best fit, else best fit after the
   // bins are drained (their blocks may merge into one that fits).
   Block* find_cached(Request& r);
-
-  // ---- allocator_thread_cache.cpp: docs/caching-allocator.md, "Thread caches" ----
-
-  // The calling thread's cache, or null before its first trip through the lock made it.
-  ThreadCache* cache_of_thread() const;
-  // The same, made if missing; caller holds `mu`.
-  ThreadCache* own_cache();
-  // A hit under the cache's lock alone: 0 when its bins have no block of this size or the block
-  // would take `allocated` past the cache's budget.
-  uintptr_t cache_hit(ThreadCache& tc, size_t size, size_t rounded, uintptr_t stream);
-  // A free under the cache's lock alone; false when the block is not in its live map.
-  bool cache_free(ThreadCache& tc, uintptr_t ptr);
-  // Caller holds `mu`: every cache's statistics folded into `st`, its pending frees moved into
-  // the shared batch, its budget taken back. Then `st` is exact and the batch complete.
-  void absorb();
-  // Caller holds `mu`: hands the caller's cache the headroom left below the peaks.
-  void grant();
-  // The live block at `ptr`, taken out of whichever live map holds it.
-  bool take_live(uintptr_t ptr, Block** out);
-  Block* find_live(uintptr_t ptr) const;
-  // Every cache's lock, in slot order, for a reader that needs the whole state; caller holds `mu`.
-  void lock_caches() const;
-  void unlock_caches() const;
 
   // ---- allocator_free.cpp ----
 
@@ -343,9 +255,7 @@ struct CachingAllocator::Impl {
   // A block becomes free: merged with its neighbours and put back for reuse (docs/caching-allocator.md,
   // "Freeing and coalescing").
   // same_settle: the synchronize that settled the block before it settled this one too.
-  // A block bound for a thread cache's bins waits in `homing` until send_home().
   void complete_free(Block* b, bool same_settle = false);
-  void send_home();
   // Merges `b` (settled, in no set) with its free neighbours into its pool's free set.
   void put_free(Block* b);
   // Settles the pending batch with one synchronize, run WITHOUT the lock (see allocator_free.cpp).

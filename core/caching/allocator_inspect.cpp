@@ -38,7 +38,7 @@ BlockInfo CachingAllocator::Impl::info_of(const Block* b) const {
 }
 
 std::optional<BlockInfo> CachingAllocator::Impl::block_of(uintptr_t ptr) const {
-  if (const Block* b = find_live(ptr)) return info_of(b);
+  if (Block** b = live.find(ptr)) return info_of(*b);
   const Segment* s = segment_at(ptr);
   if (!s) return std::nullopt;
   for (const Block* b = s->head; b; b = b->next) {
@@ -143,13 +143,18 @@ std::string CachingAllocator::Impl::check() const {
           ++n_alloc;
           allocated += b->size;
           requested += b->requested;
-          Block** l = b->home ? b->home->live.find(b->addr) : live.find(b->addr);
-          if (!l || *l != b) bad("allocated block " + hex(b->addr) + " not in its home's live map");
+          Block** l = live.find(b->addr);
+          if (!l || *l != b) bad("allocated block " + hex(b->addr) + " not in the live map");
           break;
         }
         case State::Binned: {
           ++n_binned;
-          if (!(b->home ? b->home->bins : bins).holds(b)) bad("binned block " + hex(b->addr) + " in no bin of its size");
+          bool found = false;
+          for (const ReuseBin& bin : bins)
+            if (bin.size == b->size && bin.stream == b->stream &&
+                std::find(bin.blocks.begin(), bin.blocks.end(), b) != bin.blocks.end())
+              found = true;
+          if (!found) bad("binned block " + hex(b->addr) + " in no bin of its size");
           if (!reuse || s->kind != PoolKind::Small) bad("block " + hex(b->addr) + " binned where reuse bins are off");
           break;
         }
@@ -157,8 +162,7 @@ std::string CachingAllocator::Impl::check() const {
           ++n_pending;
           pending_bytes += b->size;
           if (std::find(pending.begin(), pending.end(), b) == pending.end() &&
-              std::find(in_flight.begin(), in_flight.end(), b) == in_flight.end() &&
-              !(b->home && std::find(b->home->pending.begin(), b->home->pending.end(), b) != b->home->pending.end()))
+              std::find(in_flight.begin(), in_flight.end(), b) == in_flight.end())
             bad("pending block " + hex(b->addr) + " in no batch");
           break;
       }
@@ -173,23 +177,11 @@ std::string CachingAllocator::Impl::check() const {
     for (const Block* b : pools[i].free)
       if (b->state != State::Free || !b->mapped || (b->seg->kind == PoolKind::Small) != (i == 0)) bad("free set of pool " + std::to_string(i) + " holds a wrong block at " + hex(b->addr));
   }
-  size_t in_bins = 0, counted = 0, n_live = live.size(), n_batched = pending.size() + in_flight.size();
-  auto count_bins = [&](const ReuseBins& set) {
-    for (const ReuseBin& bin : set.bins) in_bins += bin.blocks.size();
-    counted += set.count;
-  };
-  count_bins(bins);
-  for (const auto& slot : caches) {
-    const ThreadCache* tc = slot.load(std::memory_order_acquire);
-    if (!tc) continue;
-    count_bins(tc->bins);
-    n_live += tc->live.size();
-    n_batched += tc->pending.size();
-    if (tc->allocated || tc->requested || tc->pending_free) bad("a thread cache's statistics were not folded in");
-  }
-  if (in_bins != n_binned || counted != n_binned) bad("reuse bins hold " + std::to_string(in_bins) + " blocks (counted " + std::to_string(counted) + "), segments have " + std::to_string(n_binned) + " binned");
-  if (n_live != n_alloc) bad("live maps hold " + std::to_string(n_live) + " blocks, segments have " + std::to_string(n_alloc) + " allocated");
-  if (n_batched != n_pending) bad("pending batches hold " + std::to_string(n_batched) + ", segments have " + std::to_string(n_pending));
+  size_t in_bins = 0;
+  for (const ReuseBin& bin : bins) in_bins += bin.blocks.size();
+  if (in_bins != n_binned || binned != n_binned) bad("reuse bins hold " + std::to_string(in_bins) + " blocks (counted " + std::to_string(binned) + "), segments have " + std::to_string(n_binned) + " binned");
+  if (live.size() != n_alloc) bad("live map holds " + std::to_string(live.size()) + " blocks, segments have " + std::to_string(n_alloc) + " allocated");
+  if (pending.size() + in_flight.size() != n_pending) bad("pending batch holds " + std::to_string(pending.size()) + ", segments have " + std::to_string(n_pending));
   if (st.reserved != reserved) bad("stats.reserved " + std::to_string(st.reserved) + " != " + std::to_string(reserved));
   if (st.allocated != allocated) bad("stats.allocated " + std::to_string(st.allocated) + " != " + std::to_string(allocated));
   if (st.requested != requested) bad("stats.requested " + std::to_string(st.requested) + " != " + std::to_string(requested));
@@ -199,21 +191,8 @@ std::string CachingAllocator::Impl::check() const {
   return out;
 }
 
-namespace {
-// The allocator's lock and every thread cache's: a reader that walks blocks sees no hit or free
-// half done.
-class WholeState {
- public:
-  explicit WholeState(CachingAllocator::Impl& m) : m_(m), g_(m.mu) { m_.lock_caches(); }
-  ~WholeState() { m_.unlock_caches(); }
- private:
-  CachingAllocator::Impl& m_;
-  std::lock_guard<SleepingLock> g_;
-};
-}  // namespace
-
 std::optional<BlockInfo> CachingAllocator::block_of(uintptr_t ptr) const {
-  WholeState g(*impl_);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   return impl_->block_of(ptr);
 }
 bool CachingAllocator::owns(uintptr_t ptr) const {
@@ -221,32 +200,21 @@ bool CachingAllocator::owns(uintptr_t ptr) const {
   return impl_->segment_at(ptr) != nullptr;
 }
 std::vector<SegmentView> CachingAllocator::segments() const {
-  WholeState g(*impl_);
+  std::lock_guard<SleepingLock> g(impl_->mu);
   return impl_->segment_views();
 }
 Stats CachingAllocator::stats() const {
   std::lock_guard<SleepingLock> g(impl_->mu);
-  impl_->absorb();
-  impl_->lock_caches();
   Stats s = impl_->st;
   for (const Pool& p : impl_->pools)
     for (const Block* b : p.free) s.largest_free_block = std::max(s.largest_free_block, b->size);
-  s.largest_free_block = std::max(s.largest_free_block, impl_->bins.largest());
-  for (const auto& slot : impl_->caches)
-    if (const ThreadCache* tc = slot.load(std::memory_order_acquire))
-      s.largest_free_block = std::max(s.largest_free_block, tc->bins.largest());
-  impl_->unlock_caches();
-  impl_->grant();
+  for (const ReuseBin& bin : impl_->bins)
+    if (!bin.blocks.empty()) s.largest_free_block = std::max(s.largest_free_block, bin.size);
   return s;
 }
 std::string CachingAllocator::check_invariants() const {
   std::lock_guard<SleepingLock> g(impl_->mu);
-  impl_->absorb();
-  impl_->lock_caches();
-  std::string out = impl_->check();
-  impl_->unlock_caches();
-  impl_->grant();
-  return out;
+  return impl_->check();
 }
 
 }  // namespace memtrace::caching

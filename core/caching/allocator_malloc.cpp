@@ -92,14 +92,7 @@ uintptr_t CachingAllocator::Impl::hand_out(Block* b, Request& r) {
   }
   b->state = State::Allocated;
   b->requested = r.size;
-  // Held through the caller's thread cache, so that its free can take that cache's lock alone.
-  b->home = own_cache();
-  if (b->home) {
-    SpinGuard g(b->home->mu);
-    b->home->live.put(b->addr, b);
-  } else {
-    live.put(b->addr, b);
-  }
+  live.put(b->addr, b);
   st.allocated += b->size;
   st.requested += r.size;
   ++st.num_mallocs;
@@ -159,6 +152,11 @@ MallocResult CachingAllocator::Impl::oom(const Request& r, int err) {
     listener->on_event(e);
   }
   return {0, err};
+}
+
+MallocResult CachingAllocator::malloc(size_t size, uintptr_t stream) {
+  std::unique_lock<SleepingLock> lk(impl_->mu);
+  return impl_->malloc(size, stream, lk);
 }
 
 }  // namespace memtrace::caching

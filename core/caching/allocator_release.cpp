@@ -55,7 +55,6 @@ bool CachingAllocator::Impl::release_available_cached_blocks(Request& r) {
 // empty_cache: one synchronize, then every wholly free segment and every whole free page of
 // expandable reservations goes back.
 void CachingAllocator::Impl::release_cached_blocks() {
-  absorb();  // the thread caches' frees so far are covered by this synchronize
   backend.synchronize();
   ++st.backend_syncs;
   complete_pending();

@@ -22,9 +22,6 @@ CachingAllocator::Impl::Impl(Backend& b, AllocConf c, Listener* l)
   // Only with deferred frees: PyTorch's own policy (what `memtrace replay` models, frees at
   // once) always merges. Expandable segments merge to keep their mapped runs whole.
   reuse = conf.deferred_free && !expandable;
-  // A free-batch size is checked against one running total of pending bytes, which thread caches
-  // would split up.
-  thread_caches = reuse && conf.free_batch_bytes == 0;
 }
 
 CachingAllocator::Impl::~Impl() {
@@ -44,7 +41,6 @@ CachingAllocator::Impl::~Impl() {
     delete s;
   }
   for (Block* b : block_cache) delete b;
-  for (auto& slot : caches) delete slot.load(std::memory_order_relaxed);
 }
 
 CachingAllocator::CachingAllocator(Backend& backend, AllocConf conf, Listener* listener)

@@ -23,12 +23,8 @@ struct AllocatorEvent {
                                   // block reported just before (one instant for the whole batch)
 };
 
-// Called with the allocator's lock or a thread cache's lock held (docs/caching-allocator.md,
-// "Thread caches"). A block's reports come in the order its actions happen, and a block is
-// reported handed out only after every block it overlaps was reported settled; reports about
-// different blocks can come from two threads at once, so an implementation must be thread-safe.
-// It must not call back into the same allocator, and should be quick: it runs on every malloc
-// and free.
+// Called with the allocator's lock held, in the order the actions happen. An implementation must
+// not call back into the same allocator, and should be quick: it runs on every malloc and free.
 class Listener {
  public:
   virtual ~Listener() = default;

@@ -145,15 +145,10 @@ class FakeBackend : public Backend {
   std::vector<std::pair<uintptr_t, size_t>> work_;
 };
 
-// Keeps every event. Thread caches report under their own locks, so two threads can report at
-// once: the lock keeps the vector in the order the reports were made.
+// Keeps every event (called under the allocator's lock, so no lock of its own).
 struct Recorder : Listener {
-  std::mutex mu;
   std::vector<AllocatorEvent> events;
-  void on_event(const AllocatorEvent& e) override {
-    std::lock_guard<std::mutex> g(mu);
-    events.push_back(e);
-  }
+  void on_event(const AllocatorEvent& e) override { events.push_back(e); }
   std::vector<AllocatorEvent> of(Action a) const {
     std::vector<AllocatorEvent> out;
     for (const auto& e : events)
