@@ -47,3 +47,34 @@ TEST_CASE("a waiter behind a long hold gets the lock when it is released", "[loc
   waiter.join();  // returns only once the waiter took the lock
   CHECK(got.load());
 }
+
+// A waiter looks at the lock less and less often (core/spinlock.hpp), so a thread that takes it
+// again right after each release could, in principle, keep it: the waiter must still get in.
+TEST_CASE("a waiter gets the lock from a thread that takes it back at once", "[lock]") {
+  SleepingLock lock;
+  std::atomic<bool> stop{false};
+  std::atomic<long> taken_by_hog{0};
+  std::thread hog([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::lock_guard<SleepingLock> g(lock);
+      taken_by_hog.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (taken_by_hog.load() == 0) std::this_thread::yield();  // the hog is in its loop
+  std::atomic<int> got{0};
+  std::thread waiter([&] {
+    for (int i = 0; i < 200; ++i) {
+      std::lock_guard<SleepingLock> g(lock);
+      got.fetch_add(1);
+    }
+  });
+  // Waits for the waiter's 200 acquisitions; the deadline only turns a starved waiter into a
+  // failure instead of a hung test.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (got.load() < 200 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(got.load() == 200);
+  stop = true;  // (after a failure, the waiter finishes once the hog is gone)
+  hog.join();
+  waiter.join();
+}
