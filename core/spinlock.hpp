@@ -69,8 +69,8 @@ class SleepingLock {
 
  private:
   // Times in now_ticks() units, not in pauses, since a pause lasts from a few to over a hundred
-  // cycles by CPU. On the build machine's 2.4 GHz counter a waiter looks at least every 6.7 us
-  // and spins for 27 us before it yields (the old spin, 256 pauses, was 6.5 us there).
+  // cycles by CPU. With a 2.4 GHz counter a waiter looks at least every 6.7 us and spins for
+  // 27 us before it yields.
   static constexpr uint64_t kFirstGap = 64, kLongestGap = 16384, kSpinFor = 65536;
   static constexpr unsigned kYields = 64;
   static constexpr long kFirstSleepNs = 10'000, kLongestSleepNs = 1'000'000;

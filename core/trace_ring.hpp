@@ -34,7 +34,7 @@ class TraceRing {
     // later push's line now hides that wait (docs/design.md, "History ring").
     size_t ahead = i + kPrefetchAhead;
     if (ahead >= capacity_) ahead -= capacity_;
-    if (ahead < capacity_) __builtin_prefetch(&entries_[ahead], 1, 3);
+    if (ahead < capacity_) __builtin_prefetch(&entries_[ahead], 1, 3);  // (not in a ring of under 8)
     entries_[i] = e;
     total_->store(t + 1, std::memory_order_release);
   }
